@@ -1,0 +1,6 @@
+"""Patch manager: locate a vLLM install, pick the patch series for its version, and apply, verify, revert."""
+
+from bench.patching.locate import VllmInstall, locate_vllm
+from bench.patching.manager import apply_series, patch_report, revert_series
+
+__all__ = ["VllmInstall", "locate_vllm", "apply_series", "revert_series", "patch_report"]

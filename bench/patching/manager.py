@@ -1,0 +1,245 @@
+"""Apply, revert and report patch series, all-or-nothing, with hashes checked before and after."""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import py_compile
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bench.errors import BenchError
+from bench.patching.locate import VllmInstall
+from bench.patching.probes import PROBES
+from bench.patching.series import PATCHES_DIR, Series, all_series, select_series, unsupported_message
+from bench.patching.unidiff import apply_file_diff
+
+STATE_FILE = ".bench-patch-state.json"  # inside the vllm/ folder: travels with the install it describes
+
+APPLIED, NOT_APPLIED, UPSTREAM, CANNOT_APPLY = "applied", "not applied", "already upstream", "cannot apply"
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _current(install: VllmInstall, rel: str) -> str | None:
+    try:
+        return (install.base / rel).read_text()
+    except FileNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class FixStatus:
+    fix: str
+    state: str  # one of APPLIED, NOT_APPLIED, UPSTREAM, CANNOT_APPLY
+    detail: str
+    in_code: bool | None  # what the code probe says: the fix's code is present (None: no such code path)
+
+
+def fix_statuses(install: VllmInstall, series: Series | None) -> list[FixStatus]:
+    out = []
+    for fix_id, probe in PROBES.items():
+        in_code = probe(install.base)
+        if series is None:
+            out.append(FixStatus(fix_id, CANNOT_APPLY, f"vLLM {install.version} is not supported", in_code))
+        elif fix_id in series.upstream:
+            state = UPSTREAM if in_code else CANNOT_APPLY
+            out.append(FixStatus(fix_id, state, "" if in_code else "expected upstream, but the code lacks it", in_code))
+        else:
+            out.append(_series_fix_status(install, series, fix_id, in_code))
+    return out
+
+
+def _series_fix_status(install: VllmInstall, series: Series, fix_id: str, in_code: bool | None) -> FixStatus:
+    fix = next((f for f in series.fixes if f.id == fix_id), None)
+    if fix is None:
+        return FixStatus(fix_id, CANNOT_APPLY, f"series {series.name} has no patch for it", in_code)
+    hashes = {f.path: (sha256_text(t) if (t := _current(install, f.path)) is not None else None) for f in fix.files}
+    if all(hashes[f.path] == f.after for f in fix.files):
+        return FixStatus(fix_id, APPLIED, "", in_code)
+    if all(hashes[f.path] == f.before for f in fix.files):
+        return FixStatus(fix_id, NOT_APPLIED, "", in_code)
+    changed = [f.path for f in fix.files if hashes[f.path] not in (f.before, f.after)]
+    detail = "modified locally (hash mismatch): " + ", ".join(changed)
+    return FixStatus(fix_id, APPLIED if in_code else CANNOT_APPLY, detail, in_code)
+
+
+def patch_report(install: VllmInstall, series_name: str | None = None) -> dict:
+    """Everything a result needs to state its patch state: install, series, per-fix status, last record."""
+    try:
+        series = select_series(install, series_name)
+        problem = None
+    except BenchError as exc:
+        if series_name is not None:
+            raise
+        series, problem = None, str(exc)
+    return {
+        "vllm_version": install.version,
+        "distribution": install.distribution,
+        "vllm_root": str(install.root),
+        "series": series.name if series else None,
+        "problem": problem,
+        "fixes": [asdict(s) for s in fix_statuses(install, series)],
+        "record": read_record(install),
+    }
+
+
+def read_record(install: VllmInstall) -> list[dict]:
+    path = install.root / STATE_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError):
+        return [{"error": f"unreadable {path}"}]
+
+
+def _plan(install: VllmInstall, series: Series, reverse: bool) -> tuple[dict[str, tuple[str, str]], bool]:
+    """{path: (old text, new text)} for the whole series, and whether it is already in the target state.
+
+    Raises BenchError naming every file whose hash is neither the series' before nor after image.
+    """
+    entries = [(fh, diff) for fix in series.fixes for fh, diff in zip(fix.files, _ordered_diffs(fix))]
+    texts = {fh.path: _current(install, fh.path) for fh, _ in entries}
+    missing = [p for p, t in texts.items() if t is None]
+    if missing:
+        raise BenchError(f"series {series.name}: target file missing in {install.base}: {', '.join(missing)}")
+    source, target = ("after", "before") if reverse else ("before", "after")
+    hashes = {p: sha256_text(t) for p, t in texts.items()}
+    if all(hashes[fh.path] == getattr(fh, target) for fh, _ in entries):
+        return {}, True
+    bad = [fh.path for fh, _ in entries if hashes[fh.path] != getattr(fh, source)]
+    if bad:
+        raise BenchError(f"series {series.name}: file modified locally (hash mismatch), nothing changed: {', '.join(bad)}")
+    plan = {}
+    for fh, diff in entries:
+        new = apply_file_diff(texts[fh.path], diff.reversed() if reverse else diff)
+        if sha256_text(new) != getattr(fh, target):
+            raise BenchError(f"series {series.name}: {fh.path} does not reach the manifest's {target} hash")
+        compile(new, str(install.base / fh.path), "exec")
+        plan[fh.path] = (texts[fh.path], new)
+    return plan, False
+
+
+def _ordered_diffs(fix):
+    by_path = {d.path: d for d in fix.diffs()}
+    if set(by_path) != {f.path for f in fix.files}:
+        raise BenchError(f"{fix.patch}: files in the patch and in series.toml differ")
+    return [by_path[f.path] for f in fix.files]
+
+
+def _check_writable(install: VllmInstall, paths: list[str]) -> None:
+    blocked = [p for p in paths
+               if not os.access(install.base / p, os.W_OK) or not os.access((install.base / p).parent, os.W_OK)]
+    if not os.access(install.root, os.W_OK):
+        blocked.append(str(install.root) + "/ (for the state record)")
+    if blocked:
+        raise BenchError(f"read-only vLLM install, nothing changed: {', '.join(blocked)}")
+
+
+def _write_all(install: VllmInstall, plan: dict[str, tuple[str, str]]) -> None:
+    """Write every file (temp + rename); on any failure put every original back."""
+    written: list[str] = []
+    try:
+        for rel, (_, new) in plan.items():
+            _atomic_write(install.base / rel, new)
+            written.append(rel)
+        for rel, (_, new) in plan.items():
+            if sha256_text((install.base / rel).read_text()) != sha256_text(new):
+                raise BenchError(f"{rel}: content differs after writing")
+            py_compile.compile(str(install.base / rel), doraise=True)
+    except BaseException as exc:
+        for rel in written:
+            _atomic_write(install.base / rel, plan[rel][0])
+        if isinstance(exc, BenchError):
+            raise
+        raise BenchError(f"writing the series failed, every file restored: {exc}") from exc
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    mode = path.stat().st_mode & 0o7777
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _record(install: VllmInstall, series: Series, action: str, plan: dict[str, tuple[str, str]]) -> None:
+    entries = read_record(install)
+    entries.append({
+        "action": action,
+        "series": series.name,
+        "vllm_version": install.version,
+        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "fixes": [f.id for f in series.fixes],
+        "files": {rel: {"before": sha256_text(old), "after": sha256_text(new)} for rel, (old, new) in plan.items()},
+    })
+    _atomic_write_new(install.root / STATE_FILE, json.dumps(entries, indent=2) + "\n")
+
+
+def _atomic_write_new(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    changed: bool
+    message: str
+    diff: str = ""
+
+
+def _run(install: VllmInstall, series_name: str | None, reverse: bool, dry_run: bool) -> Outcome:
+    series = select_series(install, series_name)
+    if not series.supports(install) and series_name is not None:
+        raise BenchError(unsupported_message(install, [series]))
+    if not series.fixes:
+        return Outcome(False, f"series {series.name} has nothing to apply")
+    plan, done = _plan(install, series, reverse)
+    verb = "reverted" if reverse else "applied"
+    if done:
+        return Outcome(False, f"series {series.name} already {verb}: nothing to do")
+    diff = "".join((f.patch.read_text() for f in series.fixes)) if not reverse else ""
+    if dry_run:
+        return Outcome(False, f"dry run: series {series.name} would be {verb} to {len(plan)} files", diff)
+    _check_writable(install, list(plan))
+    _write_all(install, plan)
+    _record(install, series, "revert" if reverse else "apply", plan)
+    return Outcome(True, f"series {series.name} {verb}: {', '.join(plan)}")
+
+
+def apply_series(install: VllmInstall, series_name: str | None = None, dry_run: bool = False) -> Outcome:
+    return _run(install, series_name, reverse=False, dry_run=dry_run)
+
+
+def revert_series(install: VllmInstall, series_name: str | None = None, dry_run: bool = False) -> Outcome:
+    return _run(install, series_name, reverse=True, dry_run=dry_run)
+
+
+def build_manifest_hashes(series_folder: Path, pristine_base: Path) -> str:
+    """Maintainer helper: series.toml [[fix]] files tables computed from a pristine tree and the patches."""
+    from bench.patching.series import load_series
+    series = load_series(series_folder)
+    lines = []
+    for fix in series.fixes:
+        lines.append(f"# {fix.id}")
+        for diff in fix.diffs():
+            old = (pristine_base / diff.path).read_text()
+            new = apply_file_diff(old, diff)
+            lines.append(f'{{ path = "{diff.path}", before = "{sha256_text(old)}", after = "{sha256_text(new)}" }},')
+    return "\n".join(lines)
+
+
+__all__ = ["apply_series", "revert_series", "patch_report", "fix_statuses", "build_manifest_hashes",
+           "PATCHES_DIR", "all_series"]
