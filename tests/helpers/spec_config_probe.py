@@ -1,7 +1,7 @@
 """Build a real VllmConfig (no engine start) with a given speculative config and print, as JSON, what the
 draft model's config gets on each runner path. Run in a fresh process: the vLLM it imports may be patched.
 
-argv: TARGET_DIR DRAFT_DIR SPECULATIVE_CONFIG_JSON
+argv: TARGET_DIR DRAFT_DIR JSON_LIST_OF_SPECULATIVE_CONFIG_OVERRIDES (one result line per entry)
 """
 import json
 import sys
@@ -38,4 +38,5 @@ def main(target: str, draft: str, spec_json: str) -> dict:
 
 
 if __name__ == "__main__":
-    print("PROBE-RESULT " + json.dumps(main(*sys.argv[1:4])))
+    for overrides in json.loads(sys.argv[3]):
+        print("PROBE-RESULT " + json.dumps(main(sys.argv[1], sys.argv[2], json.dumps(overrides))))
