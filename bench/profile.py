@@ -1,0 +1,244 @@
+"""Sweep profiles (profiles/*.toml): typed, validated before anything starts, unknown keys refused.
+
+A profile names the model, the fixed `vllm serve` arguments (vLLM's own names), the fixed speculative config,
+the sweep axes, the acceptance mode and the hardware it is meant for. `[when.cpu]` / `[when.gpu]` tables are
+merged over the base for the platform the sweep runs (or plans) on.
+"""
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from bench.errors import BenchError
+
+PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
+SHAPE_RE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*x\s*(\d+)\s*$")
+# Server arguments the suite owns: set them through the axes or the model table instead.
+RESERVED_SERVER_ARGS = {"model", "port", "host", "speculative_config", "decode_context_parallel_size",
+                        "served_model_name", "load_format"}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Shape(Strict):
+    concurrency: int = Field(ge=1)
+    input_len: int = Field(ge=1)
+    output_len: int = Field(ge=2)
+
+    @property
+    def label(self) -> str:
+        return f"{self.concurrency}x{self.input_len}x{self.output_len}"
+
+
+class ModelSpec(Strict):
+    target: str = "tiny"  # "tiny" = the embedded generated model; else a model id or path (real loading path)
+    draft: str = "tiny"
+    weights: Literal["dummy", "zero-final-norm", "real"] = "dummy"
+    flavor: Literal["auto", "cpu", "gpu"] = "auto"
+
+    @model_validator(mode="after")
+    def _tiny_pairs(self):
+        if (self.target == "tiny") != (self.draft == "tiny"):
+            raise ValueError("target and draft must both be 'tiny' or both be real models")
+        if self.target != "tiny" and self.weights == "zero-final-norm":
+            raise ValueError("weights = 'zero-final-norm' exists only for the tiny model")
+        return self
+
+
+class Acceptance(Strict):
+    mode: Literal["real", "synthetic"] = "real"
+    rates: list[float] | None = None  # per-position acceptance rates, synthetic mode
+    mean_length: float | None = Field(default=None, gt=1.0)
+
+    @field_validator("rates")
+    @classmethod
+    def _rates(cls, v):
+        if v is not None and (not v or any(not 0.0 <= r <= 1.0 for r in v)):
+            raise ValueError("rates must be a non-empty list of numbers in [0, 1]")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if self.mode == "synthetic" and (self.rates is None) == (self.mean_length is None):
+            raise ValueError("synthetic acceptance needs exactly one of 'rates' or 'mean_length'")
+        if self.mode == "real" and (self.rates is not None or self.mean_length is not None):
+            raise ValueError("'rates' / 'mean_length' apply only to mode = 'synthetic'")
+        return self
+
+
+class Axes(Strict):
+    draft_attention_backend: list[str] = ["auto"]
+    draft_kv_cache_dtype: list[str] = ["auto"]
+    dcp_size: list[int] = [1]
+    num_speculative_tokens: list[int] = [3]
+    shapes: list[Shape] = [Shape(concurrency=1, input_len=128, output_len=128)]
+
+    @field_validator("shapes", mode="before")
+    @classmethod
+    def _parse_shapes(cls, v):
+        if not isinstance(v, list):
+            raise ValueError("shapes must be a list like ['1x128x128', '8x1024x256']")
+        out = []
+        for item in v:
+            if isinstance(item, str):
+                m = SHAPE_RE.match(item)
+                if not m:
+                    raise ValueError(f"shape {item!r} is not 'CONCURRENCYxINPUT_LENxOUTPUT_LEN'")
+                item = dict(zip(("concurrency", "input_len", "output_len"), map(int, m.groups())))
+            out.append(item)
+        return out
+
+    @field_validator("draft_attention_backend", "draft_kv_cache_dtype", "dcp_size", "num_speculative_tokens",
+                     "shapes")
+    @classmethod
+    def _non_empty_unique(cls, v):
+        if not v:
+            raise ValueError("an axis needs at least one value")
+        if len({str(x) for x in v}) != len(v):
+            raise ValueError("axis values must be distinct")
+        return v
+
+    @field_validator("dcp_size", "num_speculative_tokens")
+    @classmethod
+    def _positive(cls, v):
+        if any(x < 1 for x in v):
+            raise ValueError("values must be >= 1")
+        return v
+
+    @field_validator("draft_attention_backend")
+    @classmethod
+    def _backend_names(cls, v):
+        return [b.upper() if b.lower() != "auto" else "auto" for b in v]
+
+
+class Hardware(Strict):
+    platform: Literal["cpu", "gpu"]
+    gpus: int = Field(default=0, ge=0)
+    arch: str | None = None  # e.g. "sm90"; constraints use it
+
+
+class Run(Strict):
+    num_prompts: int = Field(default=16, ge=1)  # measured requests per shape (at least the concurrency)
+    warmup_prompts: int = Field(default=2, ge=0)
+    seed: int = 0
+    startup_timeout_s: float = Field(default=600, gt=0)
+    stall_timeout_s: float = Field(default=120, gt=0)  # no streamed token for this long = hang
+    request_timeout_s: float = Field(default=600, gt=0)
+
+
+class Profile(Strict):
+    name: str
+    description: str = ""
+    model: ModelSpec = ModelSpec()
+    server: dict[str, Any] = {}
+    speculative: dict[str, Any] = {"method": "eagle3"}
+    axes: Axes = Axes()
+    acceptance: Acceptance = Acceptance()
+    run: Run = Run()
+    hardware: Hardware | None = None
+    source: str = ""  # the file it came from
+
+    @field_validator("server")
+    @classmethod
+    def _server_args(cls, v):
+        bad = sorted({k.replace("-", "_") for k in v} & RESERVED_SERVER_ARGS)
+        if bad:
+            raise ValueError(f"server keys {bad} are set by the suite (use [model] / [axes] instead)")
+        return {k.replace("-", "_"): val for k, val in v.items()}
+
+    @field_validator("speculative")
+    @classmethod
+    def _spec_keys(cls, v):
+        owned = {"model", "num_speculative_tokens", "draft_attention_backend", "draft_kv_cache_dtype",
+                 "rejection_sample_method", "synthetic_acceptance_rates", "synthetic_acceptance_length"}
+        bad = sorted(set(v) & owned)
+        if bad:
+            raise ValueError(f"speculative keys {bad} come from [model], [axes] or [acceptance]")
+        return v
+
+
+PLATFORM_TABLE = "when"
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def resolve_profile_path(name_or_path: str | None) -> Path:
+    if name_or_path is None:
+        return PROFILES_DIR / "tiny.toml"
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.exists():
+            raise BenchError(f"profile file {path} does not exist")
+        return path
+    candidate = PROFILES_DIR / f"{name_or_path}.toml"
+    if not candidate.exists():
+        known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.toml")))
+        raise BenchError(f"unknown profile {name_or_path!r}; shipped profiles: {known}")
+    return candidate
+
+
+def load_profile(name_or_path: str | None, platform: str) -> Profile:
+    path = resolve_profile_path(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise BenchError(f"{path}: not valid TOML ({exc})") from exc
+    return parse_profile(data, platform, str(path))
+
+
+def parse_profile(data: dict, platform: str, source: str) -> Profile:
+    """Validate the base and every [when.*] variant (so errors show up whatever the machine), return one."""
+    when = data.get(PLATFORM_TABLE, {})
+    if not isinstance(when, dict) or set(when) - {"cpu", "gpu"}:
+        raise BenchError(f"{source}: [{PLATFORM_TABLE}] may only hold tables 'cpu' and 'gpu'")
+    base = {k: v for k, v in data.items() if k != PLATFORM_TABLE}
+    chosen = None
+    for variant in sorted({"cpu", "gpu"} | {platform}):
+        merged = _merge(base, when.get(variant, {}))
+        prof = _validate(merged, source, variant if variant in when else None)
+        if variant == platform:
+            chosen = prof
+    return chosen
+
+
+def _validate(data: dict, source: str, variant: str | None) -> Profile:
+    try:
+        return Profile(**data, source=source)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if variant:
+            where = f"{where} (with [{PLATFORM_TABLE}.{variant}])"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown key; allowed here: {', '.join(_allowed_keys(err['loc']))}"
+        elif err["type"] == "literal_error":
+            msg = f"{msg} (got {err.get('input')!r})"
+        more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise BenchError(f"{source}: {where}: {msg}{more}") from None
+    except TypeError as exc:
+        raise BenchError(f"{source}: {exc}") from None
+
+
+def _allowed_keys(loc: tuple) -> list[str]:
+    model: type[BaseModel] = Profile
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        ann = getattr(field, "annotation", None)
+        ann = next((a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)),
+                   ann)
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            break
+        model = ann
+    return sorted(k for k in model.model_fields if k != "source")

@@ -1,0 +1,63 @@
+"""Charts of the NVTX range analysis.
+
+Drawn on a bare matplotlib Figure (Agg canvas) rather than through pyplot: no display needed on servers or in
+CI, and importing this module does not switch the backend of a notebook or program that also uses pyplot.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from bench.errors import BenchError
+from bench.profiling.nsys_analysis import range_label
+
+MAX_BARS = 30
+
+
+def plot_range_breakdown(summary_df: pd.DataFrame, path_png: str | Path, *, max_bars: int = MAX_BARS) -> Path:
+    """Horizontal bars per range name (summary table rows): mean CPU time vs mean GPU busy time, in ms.
+
+    Why both: a range whose GPU busy time is far below its CPU time is launch/host bound, one far above
+    (work queued asynchronously) is GPU bound. The `max_bars` names with the largest total CPU time are shown;
+    a log axis is used when the values span more than three decades, so microsecond ranges stay visible next
+    to second-long ones.
+    """
+    path_png = Path(path_png)
+    df = summary_df.sort_values("cpu_ns_total", ascending=False, kind="stable").head(max_bars).iloc[::-1]
+    fig = Figure(figsize=(9, 1.2 + 0.45 * max(len(df), 1)))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    if len(df):
+        _draw_bars(ax, df)
+    else:
+        ax.text(0.5, 0.5, "no NVTX ranges", ha="center", va="center", transform=ax.transAxes)
+        ax.set_yticks([])
+    ax.set_xlabel("time per range (ms)")
+    ax.set_title("NVTX ranges: CPU time vs GPU busy time (mean per range)")
+    fig.tight_layout()
+    try:
+        path_png.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path_png, dpi=110)
+    except OSError as exc:
+        raise BenchError(f"cannot write the plot {path_png} ({exc})") from exc
+    return path_png
+
+
+def _draw_bars(ax, df: pd.DataFrame) -> None:
+    labels = [range_label(d, n) for d, n in zip(df["domain"], df["name"])]
+    cpu = df["cpu_ns_mean"].to_numpy(float) / 1e6
+    gpu = df["gpu_busy_ns_mean"].to_numpy(float) / 1e6
+    y = np.arange(len(df))
+    ax.barh(y + 0.2, cpu, height=0.4, label="CPU time", color="#4c72b0")
+    ax.barh(y - 0.2, gpu, height=0.4, label="GPU busy (union of kernels/copies)", color="#dd8452")
+    ax.set_yticks(y, labels)
+    positive = np.concatenate([cpu[cpu > 0], gpu[gpu > 0]])
+    if len(positive) and positive.max() / positive.min() > 1e3:
+        ax.set_xscale("log")
+    ax.legend(loc="lower right", fontsize=8)
+    for yi, c, g, n in zip(y, cpu, gpu, df["count"]):
+        ax.text(max(c, g), yi, f"  n={n}", va="center", fontsize=8)

@@ -1,0 +1,208 @@
+"""A `vllm serve` process as a resource: own process group, log file, readiness (alive AND /health), crash and
+hang detection, and a stop that leaves no process behind (SIGTERM the group, grace, SIGKILL, wait)."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# Failure signatures, most specific first: (reason, regex over the server log).
+FAILURE_SIGNATURES = [
+    ("unpatched-draft-keys", re.compile(r"draft_(attention_backend|kv_cache_dtype)\s+Unexpected keyword argument")),
+    ("dcp-draft-seq-lens-none", re.compile(r"TypeError: 'NoneType' object is not subscriptable")),
+    ("invalid-backend-combination", re.compile(r"is not valid for this configuration|No common block size"
+                                               r"|Cannot use .* backend on CPU")),
+    ("synthetic-acceptance-unsupported", re.compile(r"Synthetic acceptance not supported")),
+    ("fp8-kv-unsupported", re.compile(r"expected scalar type \w+ but found Float8")),
+    ("out-of-memory", re.compile(r"OutOfMemoryError|CUDA out of memory|out of memory|Cannot allocate memory"
+                                 r"|No available memory for the cache blocks")),
+    ("invalid-config", re.compile(r"ValidationError|Value error,|ValueError: ")),
+    ("engine-dead", re.compile(r"EngineDeadError|Engine core initialization failed")),
+]
+
+
+def classify_log(text: str) -> tuple[str, str] | None:
+    """(reason, the matching log line) for the first known failure signature in a server log."""
+    for reason, pattern in FAILURE_SIGNATURES:
+        match = pattern.search(text)
+        if match:
+            start = text.rfind("\n", 0, match.start()) + 1
+            end = text.find("\n", match.end())
+            return reason, text[start:end if end >= 0 else len(text)].strip()[:500]
+    return None
+
+
+class ServerFailed(Exception):
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServerSpec:
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    port: int
+
+
+def server_argv(model: str, served_name: str, port: int, server_args: dict, speculative: dict, dcp_size: int,
+                load_format: str | None) -> list[str]:
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+            "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
+            "--speculative-config", json.dumps(speculative, sort_keys=True)]
+    if dcp_size > 1:
+        argv += ["--decode-context-parallel-size", str(dcp_size)]
+    if load_format:
+        argv += ["--load-format", load_format]
+    for key, value in sorted(server_args.items()):
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif value is False or value is None:
+            continue
+        else:
+            argv += [flag, json.dumps(value) if isinstance(value, (dict, list)) else str(value)]
+    return argv
+
+
+def server_env(run_dir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """vLLM's caches, temp files and IPC sockets inside the run's own folder."""
+    dirs = {"VLLM_CACHE_ROOT": run_dir / "cache", "TMPDIR": run_dir / "tmp", "VLLM_RPC_BASE_PATH": run_dir / "rpc"}
+    for d in dirs.values():
+        d.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **{k: str(v) for k, v in dirs.items()}, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"}
+    env.update(extra or {})
+    return env
+
+
+class Server:
+    def __init__(self, spec: ServerSpec):
+        self.spec = spec
+        self.proc: subprocess.Popen | None = None
+        self._log_fh = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.spec.port}"
+
+    def start(self, timeout_s: float) -> float:
+        """Start and wait until ready; returns seconds to ready. Raises ServerFailed (already stopped)."""
+        self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_fh = open(self.spec.log_path, "ab")
+        self._log_fh.write(f"# bench: {' '.join(self.spec.argv)}\n".encode())
+        self._log_fh.flush()
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(self.spec.argv, env=self.spec.env, stdout=self._log_fh,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            while True:
+                self.check_alive()
+                if self.health():
+                    return time.monotonic() - t0
+                if time.monotonic() - t0 > timeout_s:
+                    raise ServerFailed("startup-timeout", f"/health did not answer within {timeout_s:.0f} s")
+                time.sleep(1.0)
+        except BaseException:
+            self.stop()
+            raise
+
+    def health(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.base_url + "/health", timeout=5) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def check_alive(self) -> None:
+        """Raise ServerFailed (classified from the log) if the server or its engine has died."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise self.failure(f"server exited with code {self.proc.returncode}", "crash")
+
+    def failure(self, what: str, default_reason: str) -> ServerFailed:
+        found = classify_log(self.log_text())
+        if found:
+            return ServerFailed(found[0], f"{what}; log: {found[1]}")
+        return ServerFailed(default_reason, what)
+
+    def log_text(self) -> str:
+        try:
+            return self.spec.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def pids(self) -> list[int]:
+        """Every process of the server's group (its workers and engine core included)."""
+        if self.proc is None:
+            return []
+        out = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if os.getpgid(int(entry.name)) == self.proc.pid:
+                        out.append(int(entry.name))
+                except (ProcessLookupError, PermissionError):
+                    pass
+        return sorted(out)
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        if self.proc is None:
+            return
+        pgid = self.proc.pid
+        _signal_group(pgid, signal.SIGTERM)
+        _signal_group(pgid, signal.SIGCONT)  # a stopped (hung) process only handles SIGTERM once continued
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and (self.proc.poll() is None or _group_alive(pgid)):
+            time.sleep(0.2)
+        if self.proc.poll() is None or _group_alive(pgid):
+            log.warning("server group %d still alive after %.0f s: SIGKILL", pgid, grace_s)
+            _signal_group(pgid, signal.SIGKILL)
+        self.proc.wait()
+        deadline = time.monotonic() + 10
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self._log_fh:
+            self._log_fh.close()
+            self._log_fh = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True

@@ -1,0 +1,96 @@
+"""The results directory of one sweep: a manifest, one versioned record per point, raw per-request Parquet, server
+logs. Every write is atomic (temp + rename), so killing the sweep at any moment leaves a loadable directory."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bench.errors import BenchError
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, data) -> None:
+    atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+class SweepStore:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    # layout
+    def point_path(self, point_id: str) -> Path:
+        return self.root / "points" / f"{point_id}.json"
+
+    def raw_path(self, point_id: str) -> Path:
+        return self.root / "raw" / f"{point_id}.parquet"
+
+    def log_path(self, engine_id: str) -> Path:
+        return self.root / "logs" / f"server-{engine_id}.log"
+
+    # writes
+    def write_manifest(self, manifest: dict) -> None:
+        atomic_write_json(self.root / MANIFEST, {"schema_version": SCHEMA_VERSION, **manifest})
+
+    def save_point(self, record: dict) -> None:
+        atomic_write_json(self.point_path(record["point_id"]), {"schema_version": SCHEMA_VERSION, **record})
+
+    def save_raw(self, point_id: str, rows: list[dict]) -> None:
+        table = pa.Table.from_pylist(rows, schema=RAW_SCHEMA)
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        atomic_write_bytes(self.raw_path(point_id), sink.getvalue().to_pybytes())
+
+    # reads
+    def manifest(self) -> dict:
+        path = self.root / MANIFEST
+        if not path.exists():
+            raise BenchError(f"{self.root}: not a sweep results directory (no {MANIFEST})")
+        return check_version(json.loads(path.read_text()), path)
+
+    def points(self) -> dict[str, dict]:
+        out = {}
+        for path in sorted((self.root / "points").glob("*.json")):
+            record = check_version(json.loads(path.read_text()), path)
+            out[record["point_id"]] = record
+        return out
+
+    def raw(self, point_id: str) -> list[dict]:
+        path = self.raw_path(point_id)
+        return pq.read_table(path).to_pylist() if path.exists() else []
+
+
+RAW_SCHEMA = pa.schema([
+    ("index", pa.int64()), ("phase", pa.string()), ("prompt_len", pa.int64()), ("max_tokens", pa.int64()),
+    ("send_time", pa.float64()), ("end_time", pa.float64()), ("chunk_times", pa.list_(pa.float64())),
+    ("chunk_tokens", pa.list_(pa.int64())), ("prompt_tokens", pa.int64()), ("output_tokens", pa.int64()),
+    ("status", pa.string()), ("error", pa.string()),
+])
+
+
+def check_version(data: dict, path: Path) -> dict:
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise BenchError(f"{path}: results schema version {version!r}, this bench reads {SCHEMA_VERSION}; "
+                         f"use the bench version that wrote it, or re-run the sweep")
+    return data

@@ -1,0 +1,246 @@
+"""Run a plan: one server per engine configuration, every batch shape against it, one record per point.
+
+Failed and skipped points are data with a classified reason; the sweep goes on. Nothing of the sweep survives it:
+servers are stopped in `finally`, also on Ctrl-C and SIGTERM.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+
+from bench import metrics as M
+from bench.effective import mismatches, read_effective
+from bench.environment import collect_environment
+from bench.errors import BenchError
+from bench.loadgen import LoadAborted, make_prompts, run_load
+from bench.models import VOCAB_SIZE, write_tiny_models
+from bench.plan import EngineConfig, Plan, Point
+from bench.server import Server, ServerFailed, ServerSpec, free_port, server_argv, server_env
+from bench.store import SweepStore
+
+log = logging.getLogger(__name__)
+SERVED_NAME = "bench-target"
+MODELS_CACHE = Path.home() / ".cache" / "bench" / "models"
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class Progress:
+    """Points done / total, the current point, and an ETA on stderr (silent when quiet)."""
+
+    def __init__(self, total: int, quiet: bool):
+        self.total, self.quiet, self.done, self.t0 = total, quiet, 0, time.monotonic()
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=sys.stderr, flush=True)
+
+    def point(self, point: Point, what: str) -> None:
+        eta = ""
+        if self.done:
+            left = (time.monotonic() - self.t0) / self.done * (self.total - self.done)
+            eta = f", ETA {left / 60:.1f} min"
+        self.say(f"[{self.done}/{self.total}{eta}] {point.id} {point.engine.label()} {point.shape.label}: {what}")
+
+    def finished(self, point: Point, status: str, summary: str = "") -> None:
+        self.done += 1
+        self.say(f"[{self.done}/{self.total}] {point.id} {status} {summary}".rstrip())
+
+
+def resolve_models(engine: EngineConfig, flavor: str) -> tuple[str, str, str | None, int]:
+    """(target path/id, draft path/id, load format, vocab size) for an engine config."""
+    if engine.target == "tiny":
+        models = write_tiny_models(MODELS_CACHE / f"tiny-{flavor}-{engine.weights}", flavor, engine.weights)
+        return str(models.target), str(models.draft), "dummy" if engine.weights == "dummy" else None, VOCAB_SIZE
+    config = Path(engine.target) / "config.json"
+    vocab = json.loads(config.read_text()).get("vocab_size", 1000) if config.exists() else 1000
+    return engine.target, engine.draft, "dummy" if engine.weights == "dummy" else None, vocab
+
+
+def server_spec(engine: EngineConfig, store: SweepStore, flavor: str, extra_env: dict | None = None) -> tuple[
+        ServerSpec, int]:
+    target, draft, load_format, vocab = resolve_models(engine, flavor)
+    port = free_port()
+    argv = server_argv(target, SERVED_NAME, port, dict(engine.server), engine.speculative_config(draft),
+                       engine.dcp_size, load_format)
+    run_dir = store.root / "run" / engine.id
+    return ServerSpec(argv, server_env(run_dir, extra_env), store.log_path(engine.id), port), vocab
+
+
+def plan_manifest(plan: Plan, environment: dict) -> dict:
+    return {
+        "created": now(), "profile": plan.profile.model_dump(mode="json"),
+        "profile_text": Path(plan.profile.source).read_text() if Path(plan.profile.source).exists() else None,
+        "machine_planned_for": plan.machine.to_dict(), "counts": plan.counts(), "environment": environment,
+        "plan": [{"point_id": p.id, "engine_id": p.engine.id, "config": p.to_dict(), "skip_reason": p.skip_reason}
+                 for p in plan.runnable + plan.skipped],
+    }
+
+
+def base_record(point: Point) -> dict:
+    return {"point_id": point.id, "engine_id": point.engine.id, "config": point.to_dict(),
+            "label": {"engine": point.engine.label(), "shape": point.shape.label}}
+
+
+def run_sweep(plan: Plan, out_dir: Path, *, resume: bool = False, rerun_failed: bool = False, quiet: bool = False,
+              flavor: str = "cpu", extra_env: dict | None = None) -> SweepStore:
+    store = SweepStore(out_dir)
+    existing = _open_existing(store, plan, resume)
+    store.write_manifest(plan_manifest(plan, collect_environment(plan.machine)))
+    for point in plan.skipped:
+        if point.id not in existing:
+            store.save_point({**base_record(point), "status": "skipped", "reason": point.skip_reason})
+    todo_groups = [(e, [p for p in pts if _needs_run(existing.get(p.id), rerun_failed)]) for e, pts in plan.groups]
+    todo_groups = [(e, pts) for e, pts in todo_groups if pts]
+    progress = Progress(sum(len(pts) for _, pts in todo_groups), quiet)
+    progress.say(f"sweep {plan.profile.name}: {progress.total} points to run on {len(todo_groups)} servers, "
+                 f"{len(plan.skipped)} skipped -> {store.root}")
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        for engine, points in todo_groups:
+            _run_engine(engine, points, store, progress, plan, flavor, extra_env)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return store
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _open_existing(store: SweepStore, plan: Plan, resume: bool) -> dict:
+    if (store.root / "manifest.json").exists():
+        if not resume:
+            raise BenchError(f"{store.root} already holds a sweep: pass --resume to continue it, or another --out")
+        old = store.manifest()
+        if old["profile"]["name"] != plan.profile.name:
+            raise BenchError(f"{store.root} holds sweep {old['profile']['name']!r}, not {plan.profile.name!r}")
+        return store.points()
+    if resume:
+        raise BenchError(f"--resume: {store.root} holds no sweep to resume")
+    return {}
+
+
+def _needs_run(record: dict | None, rerun_failed: bool) -> bool:
+    if record is None or record["status"] == "skipped":
+        return record is None
+    return record["status"] != "ok" and rerun_failed
+
+
+def _run_engine(engine, points, store, progress, plan, flavor, extra_env) -> None:
+    spec, vocab = server_spec(engine, store, flavor, extra_env)
+    server = Server(spec)
+    progress.point(points[0], f"starting server ({' '.join(spec.argv[3:])})" if not progress.quiet else "")
+    started = now()
+    try:
+        try:
+            ready_s = server.start(plan.profile.run.startup_timeout_s)
+        except ServerFailed as exc:
+            for p in points:
+                _fail(store, progress, p, exc.reason, exc.detail, phase="startup", server_log=spec.log_path)
+            return
+        samples = M.parse_prometheus(M.scrape(server.base_url))
+        effective = read_effective(server.log_text(), samples)
+        flags = mismatches(engine.to_dict(), effective)
+        server_info = {"argv": spec.argv, "started": started, "ready_s": ready_s, "pids": server.pids(),
+                       "log": str(spec.log_path.relative_to(store.root))}
+        for i, point in enumerate(points):
+            try:
+                _run_point(point, server, store, progress, plan, vocab, effective, flags, server_info)
+            except (ServerFailed, LoadAborted) as exc:
+                rest = points[i + 1:]
+                for p in rest:
+                    _fail(store, progress, p, exc.reason, f"server failed on point {point.id}: {exc.detail}",
+                          phase="load", server_log=spec.log_path)
+                return
+    finally:
+        server.stop()
+
+
+def _run_point(point, server, store, progress, plan, vocab, effective, flags, server_info) -> None:
+    progress.point(point, "running")
+    run = plan.profile.run
+    prompts = make_prompts(point.warmup_prompts + point.num_prompts, point.shape.input_len, vocab,
+                           seed=plan.profile.run.seed + point.shape.input_len)
+    counters = {}
+
+    def mark_measure_start():
+        counters["before"] = M.spec_counters(M.parse_prometheus(M.scrape(server.base_url)))
+
+    started = now()
+    records = []
+    try:
+        records = run_load(server.base_url, SERVED_NAME, prompts=prompts, warmup_count=point.warmup_prompts,
+                           max_tokens=point.shape.output_len, concurrency=point.shape.concurrency,
+                           stall_s=run.stall_timeout_s, timeout_s=run.request_timeout_s,
+                           check_alive=server.check_alive, on_measure_start=mark_measure_start)
+    except LoadAborted as exc:
+        server.check_alive()  # a dead server explains a stall better than "hang"
+        _fail(store, progress, point, exc.reason, exc.detail, phase="load", server_log=server.spec.log_path)
+        raise
+    except ServerFailed as exc:
+        _fail(store, progress, point, exc.reason, exc.detail, phase="load", server_log=server.spec.log_path)
+        raise
+    after = M.spec_counters(M.parse_prometheus(M.scrape(server.base_url)))
+    rows = [r.to_row() for r in records]
+    store.save_raw(point.id, rows)
+    summary = M.summarize(rows)
+    spec = M.spec_delta(counters.get("before", {}), after)
+    status = "ok" if summary["completed"] == summary["requests"] else "failed"
+    store.save_point({**base_record(point), "status": status,
+                      "reason": None if status == "ok" else "request-errors",
+                      "started": started, "finished": now(), "metrics": summary, "spec_decode": spec,
+                      "effective": effective, "mismatch": flags, "server": server_info,
+                      "raw": str(store.raw_path(point.id).relative_to(store.root))})
+    progress.finished(point, status, f"{summary['output_throughput'] or 0:.1f} tok/s, acceptance "
+                      f"{_fmt(spec['acceptance_rate'])}, mean length {_fmt(spec['mean_acceptance_length'])}")
+
+
+def _fmt(x):
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def _fail(store, progress, point, reason, detail, phase, server_log) -> None:
+    store.save_point({**base_record(point), "status": "failed", "reason": reason, "detail": detail, "phase": phase,
+                      "finished": now(), "server": {"log": str(Path(server_log).relative_to(store.root))}})
+    progress.finished(point, "FAILED", f"{reason}: {detail[:200]}")
+
+
+def describe_plan(plan: Plan, flavor: str) -> str:
+    """The --dry-run text: counts, each server's exact command and its points, the skipped points."""
+    lines = [f"profile {plan.profile.name} ({plan.profile.source}) on {plan.machine.platform}"
+             f"{' ' + str(plan.machine.gpus) + ' x ' + (plan.machine.arch or '?') if plan.machine.gpus else ''}",
+             "counts: " + ", ".join(f"{k} {v}" for k, v in plan.counts().items())]
+    for engine, points in plan.groups:
+        target, draft, load_format = _display_models(engine, flavor)
+        argv = server_argv(target, SERVED_NAME, 0, dict(engine.server), engine.speculative_config(draft),
+                           engine.dcp_size, load_format)
+        lines.append(f"\nserver {engine.id}  [{engine.label()}]")
+        lines.append("  python " + " ".join(_quote(a) for a in argv[1:]).replace("--port 0", "--port <free>"))
+        for p in points:
+            lines.append(f"  point {p.id}  shape {p.shape.label}  prompts {p.num_prompts} (+{p.warmup_prompts} warmup)")
+    if plan.skipped:
+        lines.append("\nskipped:")
+        for p in plan.skipped:
+            lines.append(f"  point {p.id}  [{p.engine.label()}] {p.shape.label}: {p.skip_reason}")
+    return "\n".join(lines)
+
+
+def _display_models(engine: EngineConfig, flavor: str):
+    if engine.target == "tiny":
+        folder = MODELS_CACHE / f"tiny-{flavor}-{engine.weights}"
+        return str(folder / "target"), str(folder / "draft"), "dummy" if engine.weights == "dummy" else None
+    return engine.target, engine.draft, "dummy" if engine.weights == "dummy" else None
+
+
+def _quote(arg: str) -> str:
+    return f"'{arg}'" if any(c in arg for c in " {}\"") else arg
+
+
