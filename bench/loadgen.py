@@ -153,12 +153,14 @@ async def _drive(base_url, model, warmup, measure, max_tokens, concurrency, stal
 
 def run_load(base_url: str, model: str, *, prompts: list[list[int]], warmup_count: int, max_tokens: int,
              concurrency: int, stall_s: float, timeout_s: float, check_alive: Callable[[], None],
-             on_measure_start: Callable[[], None] = lambda: None) -> list[RequestRecord]:
+             on_measure_start: Callable[[], None] = lambda: None,
+             records: list[RequestRecord] | None = None) -> list[RequestRecord]:
     """Run warmup then measured requests; returns every record (warmup included, marked by phase).
 
-    Raises LoadAborted on a hang, or whatever check_alive raises when the server dies.
+    Raises LoadAborted on a hang, or whatever check_alive raises when the server dies; `records`, when given,
+    keeps what was recorded up to then.
     """
-    records: list[RequestRecord] = []
+    records = [] if records is None else records
 
     async def on_phase(_name):
         await asyncio.get_running_loop().run_in_executor(None, on_measure_start)

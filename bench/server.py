@@ -31,6 +31,9 @@ FAILURE_SIGNATURES = [
     ("invalid-config", re.compile(r"ValidationError|Value error,|ValueError: ")),
     ("engine-dead", re.compile(r"EngineDeadError|Engine core initialization failed")),
 ]
+# Signatures that mean the engine is gone even while the API server still answers.
+ENGINE_FATAL = {"engine-dead", "out-of-memory", "dcp-draft-seq-lens-none", "fp8-kv-unsupported",
+                "synthetic-acceptance-unsupported"}
 
 
 def classify_log(text: str) -> tuple[str, str] | None:

@@ -20,7 +20,7 @@ from bench.errors import BenchError
 from bench.loadgen import LoadAborted, make_prompts, run_load
 from bench.models import VOCAB_SIZE, write_tiny_models
 from bench.plan import EngineConfig, Plan, Point
-from bench.server import Server, ServerFailed, ServerSpec, free_port, server_argv, server_env
+from bench.server import ENGINE_FATAL, Server, ServerFailed, ServerSpec, classify_log, free_port, server_argv, server_env
 from bench.store import SweepStore
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,11 @@ def _run_engine(engine, points, store, progress, plan, flavor, extra_env) -> Non
             for p in points:
                 _fail(store, progress, p, exc.reason, exc.detail, phase="startup", server_log=spec.log_path)
             return
-        samples = M.parse_prometheus(M.scrape(server.base_url))
+        try:
+            samples = M.parse_prometheus(M.scrape(server.base_url))
+        except OSError:
+            server.check_alive()
+            samples = []
         effective = read_effective(server.log_text(), samples)
         flags = mismatches(engine.to_dict(), effective)
         server_info = {"argv": spec.argv, "started": started, "ready_s": ready_s, "pids": server.pids(),
@@ -154,7 +158,12 @@ def _run_engine(engine, points, store, progress, plan, flavor, extra_env) -> Non
         for i, point in enumerate(points):
             try:
                 _run_point(point, server, store, progress, plan, vocab, effective, flags, server_info)
-            except (ServerFailed, LoadAborted) as exc:
+            except Exception as exc:  # noqa: BLE001 - a point's failure is data; the sweep goes on
+                if not isinstance(exc, (ServerFailed, LoadAborted)):
+                    log.exception("point %s failed inside bench", point.id)
+                    _fail(store, progress, point, "bench-error", f"{type(exc).__name__}: {exc}", phase="load",
+                          server_log=spec.log_path)
+                    exc = ServerFailed("bench-error", f"{type(exc).__name__}: {exc}")
                 rest = points[i + 1:]
                 for p in rest:
                     _fail(store, progress, p, exc.reason, f"server failed on point {point.id}: {exc.detail}",
@@ -172,30 +181,36 @@ def _run_point(point, server, store, progress, plan, vocab, effective, flags, se
     counters = {}
 
     def mark_measure_start():
-        counters["before"] = M.spec_counters(M.parse_prometheus(M.scrape(server.base_url)))
+        counters["before"] = _spec_counters(server)
 
     started = now()
-    records = []
+    records: list = []
     try:
-        records = run_load(server.base_url, SERVED_NAME, prompts=prompts, warmup_count=point.warmup_prompts,
-                           max_tokens=point.shape.output_len, concurrency=point.shape.concurrency,
-                           stall_s=run.stall_timeout_s, timeout_s=run.request_timeout_s,
-                           check_alive=server.check_alive, on_measure_start=mark_measure_start)
-    except LoadAborted as exc:
-        server.check_alive()  # a dead server explains a stall better than "hang"
-        _fail(store, progress, point, exc.reason, exc.detail, phase="load", server_log=server.spec.log_path)
-        raise
-    except ServerFailed as exc:
-        _fail(store, progress, point, exc.reason, exc.detail, phase="load", server_log=server.spec.log_path)
-        raise
-    after = M.spec_counters(M.parse_prometheus(M.scrape(server.base_url)))
-    rows = [r.to_row() for r in records]
+        run_load(server.base_url, SERVED_NAME, prompts=prompts, warmup_count=point.warmup_prompts,
+                 max_tokens=point.shape.output_len, concurrency=point.shape.concurrency,
+                 stall_s=run.stall_timeout_s, timeout_s=run.request_timeout_s, check_alive=server.check_alive,
+                 on_measure_start=mark_measure_start, records=records)
+        rows = [r.to_row() for r in records]
+        summary = M.summarize(rows)
+        if summary["errors"]:
+            _check_engine(server)  # errors because the engine died: fail the engine config, classified
+        after = _spec_counters(server)
+    except (LoadAborted, ServerFailed) as exc:
+        if isinstance(exc, LoadAborted):
+            try:
+                server.check_alive()  # a dead server explains a stall better than "hang"
+            except ServerFailed as dead:
+                exc = dead
+        store.save_raw(point.id, [r.to_row() for r in records])
+        _fail(store, progress, point, exc.reason, exc.detail, phase="load", server_log=server.spec.log_path,
+              raw=store.raw_path(point.id))
+        raise exc
     store.save_raw(point.id, rows)
-    summary = M.summarize(rows)
     spec = M.spec_delta(counters.get("before", {}), after)
     status = "ok" if summary["completed"] == summary["requests"] else "failed"
     store.save_point({**base_record(point), "status": status,
                       "reason": None if status == "ok" else "request-errors",
+                      "detail": None if status == "ok" else "; ".join(summary["error_samples"]),
                       "started": started, "finished": now(), "metrics": summary, "spec_decode": spec,
                       "effective": effective, "mismatch": flags, "server": server_info,
                       "raw": str(store.raw_path(point.id).relative_to(store.root))})
@@ -203,13 +218,37 @@ def _run_point(point, server, store, progress, plan, vocab, effective, flags, se
                       f"{_fmt(spec['acceptance_rate'])}, mean length {_fmt(spec['mean_acceptance_length'])}")
 
 
+def _check_engine(server: Server, settle_s: float = 3.0) -> None:
+    """After request errors: raise ServerFailed if the server exits or its log shows a dead engine."""
+    deadline = time.monotonic() + settle_s
+    while time.monotonic() < deadline:
+        server.check_alive()
+        time.sleep(0.25)
+    found = classify_log(server.log_text())
+    if found and found[0] in ENGINE_FATAL:
+        raise ServerFailed(found[0], f"requests failed; log: {found[1]}")
+
+
+def _spec_counters(server: Server) -> dict:
+    """Spec-decode counters now; a dead server raises ServerFailed, an unanswered scrape gives unknowns."""
+    try:
+        return M.spec_counters(M.parse_prometheus(M.scrape(server.base_url)))
+    except OSError as exc:
+        server.check_alive()
+        log.warning("could not read /metrics: %s", exc)
+        return {}
+
+
 def _fmt(x):
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def _fail(store, progress, point, reason, detail, phase, server_log) -> None:
-    store.save_point({**base_record(point), "status": "failed", "reason": reason, "detail": detail, "phase": phase,
-                      "finished": now(), "server": {"log": str(Path(server_log).relative_to(store.root))}})
+def _fail(store, progress, point, reason, detail, phase, server_log, raw=None) -> None:
+    record = {**base_record(point), "status": "failed", "reason": reason, "detail": detail, "phase": phase,
+              "finished": now(), "server": {"log": str(Path(server_log).relative_to(store.root))}}
+    if raw is not None and Path(raw).exists():
+        record["raw"] = str(Path(raw).relative_to(store.root))
+    store.save_point(record)
     progress.finished(point, "FAILED", f"{reason}: {detail[:200]}")
 
 

@@ -94,7 +94,7 @@ def analyze_export(export: db.NsysExport) -> NsysAnalysis:
     t2 = time.perf_counter()
     meta = _meta(export, ranges, pairs, open_ranges)
     meta["timing_s"] = {"read_s": round(t1 - t0, 3), "attribute_s": round(t2 - t1, 3)}
-    warnings = _warnings(export, ranges, acts, open_ranges, pids)
+    warnings = _warnings(export, ranges, open_ranges, pids)
     return NsysAnalysis(ranges=ranges, kernels=kernels, summary=summary, meta=meta, warnings=warnings)
 
 
@@ -113,10 +113,9 @@ def attribute(ranges: pd.DataFrame, calls: pd.DataFrame, acts: pd.DataFrame
     n = len(ranges)
     starts, ends = ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)
     gtids = ranges["global_tid"].to_numpy(np.int64)
-    api_calls = _count_in_windows(calls["global_tid"].to_numpy(np.int64), calls["start_ns"].to_numpy(np.int64),
-                                  gtids, starts, ends)[1] if n else np.zeros(0, np.int64)
-    lo, hi = _count_in_windows(acts["api_tid"].to_numpy(np.int64), acts["api_start"].to_numpy(np.int64),
-                               gtids, starts, ends)[0] if n else (np.zeros(0, np.int64),) * 2
+    c_lo, c_hi = _windows(calls["global_tid"].to_numpy(np.int64), calls["start_ns"].to_numpy(np.int64),
+                          gtids, starts, ends)
+    lo, hi = _windows(acts["api_tid"].to_numpy(np.int64), acts["api_start"].to_numpy(np.int64), gtids, starts, ends)
     a_start, a_end = acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64)
     kind = acts["kind"].to_numpy()
     first_of_call = np.ones(len(acts), bool)
@@ -125,7 +124,7 @@ def attribute(ranges: pd.DataFrame, calls: pd.DataFrame, acts: pd.DataFrame
                 & (acts["correlation_id"].to_numpy()[1:] == acts["correlation_id"].to_numpy()[:-1]))
         first_of_call[1:] = ~same
     out = ranges.copy()
-    out["api_calls"] = api_calls
+    out["api_calls"] = c_hi - c_lo
     out["launches"] = _slice_sum(first_of_call.astype(np.int64), lo, hi)
     for col, k in (("kernels", "kernel"), ("memcpys", "memcpy"), ("memsets", "memset"), ("graphs", "graph")):
         out[col] = _slice_sum((kind == k).astype(np.int64), lo, hi)
@@ -160,10 +159,10 @@ def _launched_by(acts: pd.DataFrame, calls: pd.DataFrame) -> pd.DataFrame:
     return merged.iloc[order].reset_index(drop=True)
 
 
-def _count_in_windows(row_tid: np.ndarray, row_t: np.ndarray, tids: np.ndarray, starts: np.ndarray,
-                      ends: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
-    """For rows sorted by (tid, t): the slice [lo, hi) of rows on each window's thread with t in [start, end],
-    and its length. Vectorized per thread."""
+def _windows(row_tid: np.ndarray, row_t: np.ndarray, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """For rows sorted by (tid, t): per window, the slice [lo, hi) of the rows on the window's thread with
+    t in [start, end]. One searchsorted per thread, vectorized over that thread's windows."""
     lo = np.zeros(len(tids), np.int64)
     hi = np.zeros(len(tids), np.int64)
     for tid in np.unique(tids):
@@ -172,7 +171,7 @@ def _count_in_windows(row_tid: np.ndarray, row_t: np.ndarray, tids: np.ndarray, 
         t = row_t[a0:a1]
         lo[sel] = a0 + np.searchsorted(t, starts[sel], "left")
         hi[sel] = a0 + np.searchsorted(t, ends[sel], "right")
-    return (lo, hi), hi - lo
+    return lo, hi
 
 
 def _slice_sum(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -294,8 +293,7 @@ def _count(export: db.NsysExport, table: str) -> int:
     return int(export.query(f"SELECT COUNT(*) FROM {table}")[0][0])
 
 
-def _warnings(export: db.NsysExport, ranges: pd.DataFrame, acts: pd.DataFrame, open_ranges: int,
-              pids: list[int]) -> list[str]:
+def _warnings(export: db.NsysExport, ranges: pd.DataFrame, open_ranges: int, pids: list[int]) -> list[str]:
     """Things that make the numbers misleading if unnoticed: open ranges, a CUDA trace that stops early,
     ranges with no CUDA calls on their thread (work launched elsewhere), and nsys's own warnings."""
     out = []
@@ -309,7 +307,7 @@ def _warnings(export: db.NsysExport, ranges: pd.DataFrame, acts: pd.DataFrame, o
         if len(late):
             out.append(f"pid {db.pid_of(gp)}: the CUDA trace stops at {end} ns but {len(late)} range(s) start "
                        f"after it (buffers not flushed before exit?); their GPU columns are 0")
-    for (domain, name), grp in ranges.groupby(["domain", "name"], sort=True):
+    for (domain, name), grp in (ranges.groupby(["domain", "name"], sort=True) if last else ()):
         if grp["api_calls"].sum() == 0 and not any(int(gp) in last and int(s) <= last[int(gp)] for gp, s in
                                                    zip(db.global_pid(grp["global_tid"]), grp["start_ns"])):
             label = range_label(domain, name)

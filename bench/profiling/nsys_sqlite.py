@@ -63,6 +63,7 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+XZ_MAGIC = b"\xfd7zXZ\x00"
 
 #: Columns of the frame `read_gpu_activities` returns (also used for an empty result).
 GPU_COLUMNS = ["kind", "global_pid", "correlation_id", "start_ns", "end_ns", "device_id", "stream_id",
@@ -134,27 +135,32 @@ def load_export(path: str | Path, *, allow_any_version: bool = False, verify: bo
         raise BenchError(f"{path}: no such file")
     tmpdir: Path | None = None
     db_path = path
-    if path.suffix == ".xz":
+    if _is_xz(path):  # by content, not by name: a renamed `.sqlite` that is really xz still opens
         tmpdir = Path(tempfile.mkdtemp(prefix="bench-nsys-"))
-        db_path = tmpdir / path.name[:-3]
+        db_path = tmpdir / (path.name[:-3] if path.name.endswith(".xz") else path.name)
         try:
             _decompress_xz(path, db_path)
         except BaseException:
             shutil.rmtree(tmpdir, ignore_errors=True)
             raise
-    cleanup = weakref.finalize(object(), shutil.rmtree, tmpdir, True) if tmpdir else None
     try:
         export = _open_checked(path, db_path, allow_any_version=allow_any_version, verify=verify)
     except BaseException:
-        if cleanup:
-            cleanup()
+        if tmpdir:
+            shutil.rmtree(tmpdir, ignore_errors=True)
         raise
-    export._cleanup = cleanup
-    if cleanup is not None:
-        # Also remove the temp copy if the caller forgets close(): tie the finalizer to the export object.
-        cleanup.detach()
+    if tmpdir:
+        # close() runs this; so does garbage collection or interpreter exit if the caller forgets close().
         export._cleanup = weakref.finalize(export, shutil.rmtree, tmpdir, True)
     return export
+
+
+def _is_xz(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(6) == XZ_MAGIC
+    except OSError as exc:
+        raise BenchError(f"{path}: cannot read ({exc.strerror or exc})") from exc
 
 
 def _decompress_xz(src: Path, dest: Path) -> None:
@@ -187,9 +193,12 @@ def _open_checked(path: Path, db_path: Path, *, allow_any_version: bool, verify:
 def _check_sqlite_header(path: Path, db_path: Path) -> None:
     """Catch the common bad inputs before SQLite does, with a precise message: wrong file type, or a copy
     cut short (the header records the page count; a shorter file is truncated)."""
-    size = db_path.stat().st_size
-    with open(db_path, "rb") as f:
-        header = f.read(100)
+    try:
+        size = db_path.stat().st_size
+        with open(db_path, "rb") as f:
+            header = f.read(100)
+    except OSError as exc:
+        raise BenchError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
         raise BenchError(f"{path}: not an SQLite database (expected an `nsys export --type sqlite` file)")
     page_size = int.from_bytes(header[16:18], "big")
@@ -221,7 +230,8 @@ def _inspect(path: Path, db_path: Path, conn: sqlite3.Connection, *, allow_any_v
     if not allow_any_version and version not in SUPPORTED_SCHEMA_VERSIONS:
         shown = version if version else "unknown (no META_DATA_EXPORT.EXPORT_SCHEMA_VERSION)"
         raise BenchError(f"{path}: export schema version {shown} is not supported (supported: "
-                         f"{', '.join(SUPPORTED_SCHEMA_VERSIONS)}); re-export with nsys 2025.3")
+                         f"{', '.join(SUPPORTED_SCHEMA_VERSIONS)}); export with nsys 2025.3, or check the "
+                         f"schema and extend SUPPORTED_SCHEMA_VERSIONS")
     _check_required_tables(path, tables)
     for table, cols in REQUIRED_COLUMNS.items():
         if table in tables:

