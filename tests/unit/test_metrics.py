@@ -1,0 +1,88 @@
+import pytest
+
+from bench import metrics as M
+from bench.effective import mismatches, read_effective
+from bench.server import classify_log, server_argv
+
+
+def rec(send, chunks, tokens, end, status="ok", phase="measure", prompt_len=8):
+    return {"phase": phase, "status": status, "send_time": send, "end_time": end, "chunk_times": chunks,
+            "chunk_tokens": tokens, "output_tokens": sum(tokens), "prompt_len": prompt_len, "error": None}
+
+
+def test_multi_token_chunks_give_token_accurate_itl_and_tpot():
+    # First token at 0.1 s, then chunks of 4, 4, 3 tokens 40 ms apart: TPOT = 120 ms / 11 tokens.
+    r = rec(0.0, [0.1, 0.14, 0.18, 0.22], [1, 4, 4, 3], 0.23)
+    lat = M.request_latencies(r)
+    assert lat["ttft"] == pytest.approx(100)
+    assert lat["tpot"] == pytest.approx(120 / 11)
+    assert len(lat["itl"]) == 11 and sum(lat["itl"]) == pytest.approx(120)
+    assert lat["e2e"] == pytest.approx(230)
+
+
+def test_summary_throughput_and_unknowns():
+    recs = [rec(0.0, [0.1, 0.2], [1, 3], 0.2, phase="warmup"),
+            rec(1.0, [1.1, 1.3], [1, 3], 1.3), rec(1.0, [1.2, 1.5], [1, 3], 2.0),
+            {**rec(1.0, [], [], 1.1, status="error"), "error": "HTTP 500"}]
+    s = M.summarize(recs)
+    assert (s["requests"], s["completed"], s["errors"]) == (3, 2, 1)
+    assert s["duration_s"] == pytest.approx(1.0) and s["output_throughput"] == pytest.approx(8.0)
+    assert s["error_samples"] == ["HTTP 500"]
+    empty = M.summarize([{**rec(0, [], [], 1, status="error"), "error": "x"}])
+    assert empty["output_throughput"] is None and empty["ttft_ms"]["p50"] is None
+
+
+METRICS_TEXT = """# HELP x
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 30.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 13.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 6.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 4.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="2"} 3.0
+vllm:cache_config_info{block_size="64",cache_dtype="fp8",engine="0"} 1.0
+"""
+
+
+def test_spec_delta_over_window():
+    before = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0, "per_position": [0.0, 0.0, 0.0]}
+    after = M.spec_counters(M.parse_prometheus(METRICS_TEXT))
+    d = M.spec_delta(before, after)
+    assert d["acceptance_rate"] == pytest.approx(13 / 30) and d["mean_acceptance_length"] == pytest.approx(2.3)
+    assert d["per_position_acceptance"] == pytest.approx([0.6, 0.4, 0.3])
+    assert M.spec_delta({}, after)["acceptance_rate"] is None  # unknown stays None
+
+
+def test_effective_config_and_mismatch_flags():
+    log = ("INFO Using AttentionBackendEnum.FLASHMLA backend.\nINFO Using TRITON_MLA backend.\n"
+           "'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: 2> decode_context_parallel_size=1")
+    eff = read_effective(log, M.parse_prometheus(METRICS_TEXT))
+    assert eff["target_attention_backend"] == "FLASHMLA" and eff["draft_attention_backend"] == "TRITON_MLA"
+    assert eff["kv_cache_dtype"] == "fp8" and eff["cudagraph_mode"] == "FULL_AND_PIECEWISE"
+    asked = {"dcp_size": 2, "draft_attention_backend": "FLASHMLA", "server": {"kv_cache_dtype": "auto"}}
+    flags = mismatches(asked, eff)
+    assert len(flags) == 3 and flags[0] == "dcp_size: asked 2, ran 1"
+
+
+@pytest.mark.parametrize("line, reason", [
+    ("pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig\n"
+     "draft_attention_backend\n  Unexpected keyword argument [type=unexpected_keyword_argument", "unpatched-draft-keys"),
+    ("    seq_lens = seq_lens[:num_reqs]\nTypeError: 'NoneType' object is not subscriptable", "dcp-draft-seq-lens-none"),
+    ("ValueError: Selected backend AttentionBackendEnum.FLASHMLA is not valid for this configuration. "
+     "Reason: ['block_size not supported']", "invalid-backend-combination"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", "out-of-memory"),
+    ("AssertionError: Synthetic acceptance not supported with CPU sampling", "synthetic-acceptance-unsupported"),
+    ("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue", "engine-dead"),
+])
+def test_failure_signatures(line, reason):
+    found = classify_log("INFO start\n" + line + "\nINFO more")
+    assert found[0] == reason
+    assert classify_log("INFO all good\n") is None
+
+
+def test_server_argv_maps_vllm_names():
+    argv = server_argv("/m", "n", 9, {"enforce_eager": True, "max_model_len": 512, "trust_remote_code": False,
+                                      "compilation_config": {"mode": 0}}, {"method": "eagle3"}, 2, "dummy")
+    assert argv[argv.index("--decode-context-parallel-size") + 1] == "2"
+    assert "--enforce-eager" in argv and "--trust-remote-code" not in argv
+    assert argv[argv.index("--compilation-config") + 1] == '{"mode": 0}'
+    assert argv[argv.index("--speculative-config") + 1] == '{"method": "eagle3"}'
