@@ -26,13 +26,14 @@ FAILURE_SIGNATURES = [
                                                r"|Cannot use .* backend on CPU")),
     ("synthetic-acceptance-unsupported", re.compile(r"Synthetic acceptance not supported")),
     ("fp8-kv-unsupported", re.compile(r"expected scalar type \w+ but found Float8")),
+    ("kernel-dtype-unsupported", re.compile(r"Not yet supported ScalarType \d+")),
     ("out-of-memory", re.compile(r"OutOfMemoryError|CUDA out of memory|out of memory|Cannot allocate memory"
                                  r"|No available memory for the cache blocks")),
     ("invalid-config", re.compile(r"ValidationError|Value error,|ValueError: ")),
     ("engine-dead", re.compile(r"EngineDeadError|Engine core initialization failed")),
 ]
 # Signatures that mean the engine is gone even while the API server still answers.
-ENGINE_FATAL = {"engine-dead", "out-of-memory", "dcp-draft-seq-lens-none", "fp8-kv-unsupported",
+ENGINE_FATAL = {"engine-dead", "kernel-dtype-unsupported", "out-of-memory", "dcp-draft-seq-lens-none", "fp8-kv-unsupported",
                 "synthetic-acceptance-unsupported"}
 
 

@@ -72,6 +72,11 @@ def test_effective_config_and_mismatch_flags():
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", "out-of-memory"),
     ("AssertionError: Synthetic acceptance not supported with CPU sampling", "synthetic-acceptance-unsupported"),
     ("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue", "engine-dead"),
+    # Seen on an H200, vLLM 0.26.0, FLASHMLA draft with fp8 draft KV: the root cause wins over EngineDeadError.
+    ("(EngineCore pid=2898) ERROR 12-02 15:49:23 [core.py:1332] RuntimeError: call, /opt/venv/lib/python3.12/"
+     "site-packages/torch/include/torch/csrc/stable/stableivalue_conversions.h:544, Not yet supported ScalarType "
+     "46, please file an issue describing your use case.\nvllm.v1.engine.exceptions.EngineDeadError: EngineCore",
+     "kernel-dtype-unsupported"),
 ])
 def test_failure_signatures(line, reason):
     found = classify_log("INFO start\n" + line + "\nINFO more")
