@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench.errors import BenchError, NotImplementedYet
 
-LATER = {"profile": "profiling", "report": "reports", "compare": "comparisons"}
+LATER = {"profile": "profiling", "compare": "comparisons"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="dummy: no weights (serve with --load-format dummy); zero-final-norm: real safetensors "
                       "giving exactly 100%% acceptance")
     tiny.add_argument("--seed", type=int, default=0)
+
+    report = sub.add_parser("report", help="build summary.md and tables from a results directory")
+    report.add_argument("sweep_dir", type=Path)
+    report.add_argument("--out", type=Path, help="where to write (default: SWEEP_DIR/report)")
 
     for name, what in LATER.items():
         p = sub.add_parser(name, help=f"{what} (not yet implemented)")
@@ -139,10 +143,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = args.out or Path("reports") / f"{profile.name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
     store = run_sweep(plan, out, resume=args.resume, rerun_failed=args.rerun_failed, quiet=args.quiet,
                       flavor=flavor)
+    from bench.report.build import build_report
+
+    paths = build_report(store.root)
     statuses = [p["status"] for p in store.points().values()]
+    print(f"report: {paths['summary']}")
     print(f"results: {store.root}  ({statuses.count('ok')} ok, {statuses.count('failed')} failed, "
           f"{statuses.count('skipped')} skipped)")
     return 0 if "failed" not in statuses else 3
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from bench.report.build import build_report
+
+    for name, path in build_report(args.sweep_dir, args.out).items():
+        print(f"{name}: {path}")
+    return 0
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -157,7 +173,7 @@ def cmd_later(args: argparse.Namespace) -> int:
     raise NotImplementedYet(f"'{args.command}' is not yet implemented ({LATER[args.command]} comes in a later issue)")
 
 
-COMMANDS = {"patch": cmd_patch, "sweep": cmd_sweep, "models": cmd_models}
+COMMANDS = {"patch": cmd_patch, "sweep": cmd_sweep, "models": cmd_models, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import platform
 import subprocess
 import sys
@@ -15,13 +16,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def suite_git() -> dict:
+    """The suite's commit; BENCH_GIT_SHA names it where the suite runs from a copy without .git (GPU hosts)."""
     def git(*args):
         try:
-            return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
-                                  timeout=10).stdout.strip() or None
+            proc = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.SubprocessError):
             return None
-    return {"sha": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+        return proc.stdout.strip() if proc.returncode == 0 else None
+    sha = git("rev-parse", "HEAD")
+    if sha is None:
+        return {"sha": os.environ.get("BENCH_GIT_SHA"), "dirty": None}
+    return {"sha": sha, "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
 def vllm_provenance() -> dict:

@@ -93,7 +93,12 @@ def run_sweep(plan: Plan, out_dir: Path, *, resume: bool = False, rerun_failed: 
               flavor: str = "cpu", extra_env: dict | None = None) -> SweepStore:
     store = SweepStore(out_dir)
     existing = _open_existing(store, plan, resume)
-    store.write_manifest(plan_manifest(plan, collect_environment(plan.machine)))
+    manifest = plan_manifest(plan, collect_environment(plan.machine))
+    if existing or resume:  # keep the first run's creation time; list the resumes
+        old = store.manifest()
+        manifest["created"] = old["created"]
+        manifest["resumed"] = old.get("resumed", []) + [now()]
+    store.write_manifest(manifest)
     for point in plan.skipped:
         if point.id not in existing:
             store.save_point({**base_record(point), "status": "skipped", "reason": point.skip_reason})

@@ -2,7 +2,7 @@
 # On the H200 host after install-on-gpu-host.sh: patch the installed vLLM 0.26.0, then run (or resume) the tiny GPU
 # profile into /tmp/res/PROFILE and pack it into $OUT. Usage: issue3-sweep.sh SECONDS [PROFILE]
 set -uo pipefail
-export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 BENCH_GIT_SHA=${BENCH_GIT_SHA:-unknown}
 budget=${1:-480}
 profile=${2:-tiny}
 res=/tmp/res/$profile-gpu

@@ -1,0 +1,1 @@
+"""Reports built from a results directory alone (no GPU, no server)."""

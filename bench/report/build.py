@@ -1,0 +1,25 @@
+"""`bench report SWEEP_DIR`: tables (CSV + Parquet) and summary.md, from the results directory alone."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.errors import BenchError
+from bench.report.markdown import summary_markdown
+from bench.report.tables import points_table, provenance
+from bench.store import atomic_write_bytes
+
+
+def build_report(sweep_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise BenchError(f"{sweep_dir}: no such results directory")
+    out = Path(out_dir or sweep_dir / "report")
+    points = points_table(sweep_dir)
+    prov = provenance(sweep_dir)
+    paths = {"summary": out / "summary.md", "points_csv": out / "points.csv", "points_parquet": out / "points.parquet"}
+    atomic_write_bytes(paths["summary"], summary_markdown(points, prov).encode())
+    flat = points.assign(per_position_acceptance=points.per_position_acceptance.map(
+        lambda v: None if v is None else "/".join(f"{x:.4f}" for x in v)))
+    atomic_write_bytes(paths["points_csv"], flat.to_csv(index=False).encode())
+    flat.to_parquet(paths["points_parquet"], index=False)
+    return paths
