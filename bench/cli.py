@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench.errors import BenchError, NotImplementedYet
 
-LATER = {"profile": "profiling", "compare": "comparisons"}
+LATER = {"profile": "profiling"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +45,27 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--platform", choices=["cpu", "gpu"], help="plan for this platform (default: the "
                        "profile's [hardware], else this machine)")
     sweep.add_argument("--quiet", action="store_true", help="no progress lines")
+    sweep.add_argument("--repeat", type=int, help="trials per point (default: the profile's run.repeat)")
+    sweep.add_argument("--draft-keys", choices=["legacy", "upstream"], default="legacy",
+                       help="pass the draft backend / KV dtype as draft_* keys (needs the patch) or as vLLM's "
+                       "attention_backend / kv_cache_dtype (unpatched vLLM)")
+
+    compare = sub.add_parser("compare", help="faster / slower / no change beyond noise, per matched point")
+    compare.add_argument("baseline", type=Path, help="results directory, or a folder of them (rounds)")
+    compare.add_argument("candidate", type=Path)
+    compare.add_argument("--min-effect", type=float, default=0.02, help="smallest relative change that counts")
+    compare.add_argument("--alpha", type=float, default=0.05, help="significance level of the Mann-Whitney test")
+    compare.add_argument("--out", type=Path, help="also write the markdown here")
+    compare.add_argument("--no-gate", action="store_true", help="exit 0 even when a gated metric regressed")
+
+    ab = sub.add_parser("ab", help="run one profile against two vLLM environments, interleaved, and compare")
+    ab.add_argument("profile")
+    ab.add_argument("--baseline", required=True, help="ENV: a python executable or venv folder, optionally "
+                    "with :patched / :unpatched to set the patch state before each of its runs")
+    ab.add_argument("--candidate", required=True)
+    ab.add_argument("--rounds", type=int, default=3, help="A B rounds (each side runs the whole profile)")
+    ab.add_argument("--out", type=Path, help="default: reports/ab-<profile>-<time>")
+    ab.add_argument("--repeat", type=int, default=1, help="trials per point within each round")
 
     models = sub.add_parser("models", help="generate the tiny Kimi-shaped target + EAGLE3 MLA draft")
     models_sub = models.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -135,6 +156,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if hw.platform != detected.platform or detected.gpus < hw.gpus:
             raise BenchError(f"profile {profile.name} needs {hw.platform} x{hw.gpus}; this machine is "
                              f"{detected.platform} x{detected.gpus} (use --dry-run to see the plan)")
+    if args.repeat is not None:
+        if args.repeat < 1:
+            raise BenchError("--repeat must be >= 1")
+        profile = profile.model_copy(update={"run": profile.run.model_copy(update={"repeat": args.repeat})})
     plan = make_plan(profile, machine)
     flavor = profile.model.flavor if profile.model.flavor != "auto" else machine.platform
     if args.dry_run:
@@ -142,7 +167,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     out = args.out or Path("reports") / f"{profile.name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
     store = run_sweep(plan, out, resume=args.resume, rerun_failed=args.rerun_failed, quiet=args.quiet,
-                      flavor=flavor)
+                      flavor=flavor, draft_keys=args.draft_keys)
     from bench.report.build import build_report
 
     paths = build_report(store.root)
@@ -161,6 +186,29 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from bench.compare import compare_dirs, compare_markdown, regressions
+
+    result = compare_dirs(args.baseline, args.candidate, min_effect=args.min_effect, alpha=args.alpha)
+    text = compare_markdown(result)
+    print(text)
+    if args.out:
+        from bench.store import atomic_write_bytes
+        atomic_write_bytes(args.out, text.encode())
+    bad = regressions(result)
+    if len(bad) and not args.no_gate:
+        print(f"regression: {len(bad)} gated metric(s) slower beyond {args.min_effect:.0%}", file=sys.stderr)
+        return 4
+    return 0
+
+
+def cmd_ab(args: argparse.Namespace) -> int:
+    from bench.ab import parse_env, run_ab
+
+    return run_ab(args.profile, parse_env(args.baseline), parse_env(args.candidate), rounds=args.rounds,
+                  out=args.out, repeat=args.repeat)
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from bench.models import write_tiny_models
 
@@ -173,7 +221,7 @@ def cmd_later(args: argparse.Namespace) -> int:
     raise NotImplementedYet(f"'{args.command}' is not yet implemented ({LATER[args.command]} comes in a later issue)")
 
 
-COMMANDS = {"patch": cmd_patch, "sweep": cmd_sweep, "models": cmd_models, "report": cmd_report}
+COMMANDS = {"patch": cmd_patch, "sweep": cmd_sweep, "models": cmd_models, "report": cmd_report, "compare": cmd_compare, "ab": cmd_ab}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -114,9 +114,12 @@ def summarize(records: list[dict]) -> dict:
         return {**out, "duration_s": None, "request_throughput": None, "output_throughput": None,
                 "total_token_throughput": None, "per_user_output_throughput": None,
                 **{k: distribution([]) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}}
-    start = min(r["send_time"] for r in measured)
-    end = max(r["end_time"] for r in measured if r["end_time"] is not None)
-    duration = end - start
+    duration = 0.0  # summed per trial: the pauses between trials are not serving time
+    for trial in sorted({r.get("trial") or 0 for r in measured}):
+        rows = [r for r in measured if (r.get("trial") or 0) == trial]
+        ends = [r["end_time"] for r in rows if r["end_time"] is not None]
+        if ends:
+            duration += max(ends) - min(r["send_time"] for r in rows)
     output = sum(r["output_tokens"] for r in ok)
     prompt = sum(r["prompt_len"] for r in ok)
     tpot = distribution([x["tpot"] for x in lat])

@@ -55,10 +55,18 @@ class EngineConfig:
     def tensor_parallel_size(self) -> int:
         return int(dict(self.server).get("tensor_parallel_size", 1))
 
-    def speculative_config(self, draft_path: str) -> dict:
-        spec = {**dict(self.speculative), "model": draft_path, "num_speculative_tokens": self.num_speculative_tokens,
-                "draft_attention_backend": self.draft_attention_backend,
-                "draft_kv_cache_dtype": self.draft_kv_cache_dtype}
+    def speculative_config(self, draft_path: str, draft_keys: str = "legacy") -> dict:
+        """--speculative-config. draft_keys "legacy" passes draft_attention_backend / draft_kv_cache_dtype (the
+        Kimi launch configs' keys, which need the patch); "upstream" passes vLLM's attention_backend /
+        kv_cache_dtype, which unpatched vLLM accepts ("auto" backend = unset there)."""
+        spec = {**dict(self.speculative), "model": draft_path, "num_speculative_tokens": self.num_speculative_tokens}
+        if draft_keys == "legacy":
+            spec.update(draft_attention_backend=self.draft_attention_backend,
+                        draft_kv_cache_dtype=self.draft_kv_cache_dtype)
+        else:
+            spec["kv_cache_dtype"] = self.draft_kv_cache_dtype
+            if self.draft_attention_backend != "auto":
+                spec["attention_backend"] = self.draft_attention_backend
         acc = dict(self.acceptance)
         if acc["mode"] == "synthetic":
             spec["rejection_sample_method"] = "synthetic"

@@ -130,6 +130,7 @@ class Run(Strict):
     startup_timeout_s: float = Field(default=600, gt=0)
     stall_timeout_s: float = Field(default=120, gt=0)  # no streamed token for this long = hang
     request_timeout_s: float = Field(default=600, gt=0)
+    repeat: int = Field(default=1, ge=1)  # trials per point on the same server (not part of the point id)
 
 
 class Profile(Strict):

@@ -84,7 +84,7 @@ RAW_SCHEMA = pa.schema([
     ("index", pa.int64()), ("phase", pa.string()), ("prompt_len", pa.int64()), ("max_tokens", pa.int64()),
     ("send_time", pa.float64()), ("end_time", pa.float64()), ("chunk_times", pa.list_(pa.float64())),
     ("chunk_tokens", pa.list_(pa.int64())), ("prompt_tokens", pa.int64()), ("output_tokens", pa.int64()),
-    ("status", pa.string()), ("error", pa.string()),
+    ("status", pa.string()), ("error", pa.string()), ("trial", pa.int64()),
 ])
 
 

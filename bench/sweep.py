@@ -64,11 +64,11 @@ def resolve_models(engine: EngineConfig, flavor: str) -> tuple[str, str, str | N
     return engine.target, engine.draft, "dummy" if engine.weights == "dummy" else None, vocab
 
 
-def server_spec(engine: EngineConfig, store: SweepStore, flavor: str, extra_env: dict | None = None) -> tuple[
-        ServerSpec, int]:
+def server_spec(engine: EngineConfig, store: SweepStore, flavor: str, extra_env: dict | None = None,
+                draft_keys: str = "legacy") -> tuple[ServerSpec, int]:
     target, draft, load_format, vocab = resolve_models(engine, flavor)
     port = free_port()
-    argv = server_argv(target, SERVED_NAME, port, dict(engine.server), engine.speculative_config(draft),
+    argv = server_argv(target, SERVED_NAME, port, dict(engine.server), engine.speculative_config(draft, draft_keys),
                        engine.dcp_size, load_format)
     run_dir = store.root / "run" / engine.id
     return ServerSpec(argv, server_env(run_dir, extra_env), store.log_path(engine.id), port), vocab
@@ -90,10 +90,11 @@ def base_record(point: Point) -> dict:
 
 
 def run_sweep(plan: Plan, out_dir: Path, *, resume: bool = False, rerun_failed: bool = False, quiet: bool = False,
-              flavor: str = "cpu", extra_env: dict | None = None) -> SweepStore:
+              flavor: str = "cpu", extra_env: dict | None = None, draft_keys: str = "legacy") -> SweepStore:
     store = SweepStore(out_dir)
     existing = _open_existing(store, plan, resume)
     manifest = plan_manifest(plan, collect_environment(plan.machine))
+    manifest["draft_keys"] = draft_keys
     if existing or resume:  # keep the first run's creation time; list the resumes
         old = store.manifest()
         manifest["created"] = old["created"]
@@ -110,7 +111,7 @@ def run_sweep(plan: Plan, out_dir: Path, *, resume: bool = False, rerun_failed: 
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         for engine, points in todo_groups:
-            _run_engine(engine, points, store, progress, plan, flavor, extra_env)
+            _run_engine(engine, points, store, progress, plan, flavor, extra_env, draft_keys)
     finally:
         signal.signal(signal.SIGTERM, previous)
     return store
@@ -139,8 +140,8 @@ def _needs_run(record: dict | None, rerun_failed: bool) -> bool:
     return record["status"] != "ok" and rerun_failed
 
 
-def _run_engine(engine, points, store, progress, plan, flavor, extra_env) -> None:
-    spec, vocab = server_spec(engine, store, flavor, extra_env)
+def _run_engine(engine, points, store, progress, plan, flavor, extra_env, draft_keys) -> None:
+    spec, vocab = server_spec(engine, store, flavor, extra_env, draft_keys)
     server = Server(spec)
     progress.point(points[0], f"starting server ({' '.join(spec.argv[3:])})" if not progress.quiet else "")
     started = now()
@@ -180,47 +181,62 @@ def _run_engine(engine, points, store, progress, plan, flavor, extra_env) -> Non
 
 def _run_point(point, server, store, progress, plan, vocab, effective, flags, server_info) -> None:
     progress.point(point, "running")
+    started, rows, trials, first = now(), [], [], None
+    for trial in range(plan.profile.run.repeat):
+        try:
+            trial_rows, before, after = _run_trial(point, server, plan, vocab, trial)
+        except (LoadAborted, ServerFailed) as exc:
+            store.save_raw(point.id, rows + getattr(exc, "rows", []))
+            _fail(store, progress, point, exc.reason, exc.detail, phase="load", server_log=server.spec.log_path,
+                  raw=store.raw_path(point.id))
+            raise
+        first = before if trial == 0 else first
+        rows += trial_rows
+        trials.append({"trial": trial, "metrics": M.summarize(trial_rows), "spec_decode": M.spec_delta(before, after)})
+    store.save_raw(point.id, rows)
+    summary = M.summarize(rows)
+    spec = M.spec_delta(first or {}, after)
+    status = "ok" if summary["completed"] == summary["requests"] else "failed"
+    store.save_point({**base_record(point), "status": status,
+                      "reason": None if status == "ok" else "request-errors",
+                      "detail": None if status == "ok" else "; ".join(summary["error_samples"]),
+                      "started": started, "finished": now(), "metrics": summary, "spec_decode": spec,
+                      "trials": trials, "effective": effective, "mismatch": flags, "server": server_info,
+                      "raw": str(store.raw_path(point.id).relative_to(store.root))})
+    progress.finished(point, status, f"{summary['output_throughput'] or 0:.1f} tok/s, acceptance "
+                      f"{_fmt(spec['acceptance_rate'])}, mean length {_fmt(spec['mean_acceptance_length'])}"
+                      + (f", {len(trials)} trials" if len(trials) > 1 else ""))
+
+
+def _run_trial(point, server, plan, vocab, trial: int):
+    """One measured pass over the point's prompts (warmup before the first only); fresh prompts per trial so
+    that prefix caching cannot make later trials faster. Returns (rows, counters before, counters after)."""
     run = plan.profile.run
-    prompts = make_prompts(point.warmup_prompts + point.num_prompts, point.shape.input_len, vocab,
-                           seed=plan.profile.run.seed + point.shape.input_len)
-    counters = {}
+    warmup = point.warmup_prompts if trial == 0 else 0
+    prompts = make_prompts(warmup + point.num_prompts, point.shape.input_len, vocab,
+                           seed=run.seed + point.shape.input_len + 1000 * trial)
+    counters, records = {}, []
 
     def mark_measure_start():
         counters["before"] = _spec_counters(server)
 
-    started = now()
-    records: list = []
     try:
-        run_load(server.base_url, SERVED_NAME, prompts=prompts, warmup_count=point.warmup_prompts,
+        run_load(server.base_url, SERVED_NAME, prompts=prompts, warmup_count=warmup,
                  max_tokens=point.shape.output_len, concurrency=point.shape.concurrency,
                  stall_s=run.stall_timeout_s, timeout_s=run.request_timeout_s, check_alive=server.check_alive,
                  on_measure_start=mark_measure_start, records=records)
-        rows = [r.to_row() for r in records]
-        summary = M.summarize(rows)
-        if summary["errors"]:
+        rows = [{**r.to_row(), "trial": trial} for r in records]
+        if any(r["status"] != "ok" for r in rows):
             _check_engine(server)  # errors because the engine died: fail the engine config, classified
-        after = _spec_counters(server)
+        return rows, counters.get("before", {}), _spec_counters(server)
     except (LoadAborted, ServerFailed) as exc:
         if isinstance(exc, LoadAborted):
             try:
                 server.check_alive()  # a dead server explains a stall better than "hang"
             except ServerFailed as dead:
                 exc = dead
-        store.save_raw(point.id, [r.to_row() for r in records])
-        _fail(store, progress, point, exc.reason, exc.detail, phase="load", server_log=server.spec.log_path,
-              raw=store.raw_path(point.id))
+        exc.rows = [{**r.to_row(), "trial": trial} for r in records]
         raise exc
-    store.save_raw(point.id, rows)
-    spec = M.spec_delta(counters.get("before", {}), after)
-    status = "ok" if summary["completed"] == summary["requests"] else "failed"
-    store.save_point({**base_record(point), "status": status,
-                      "reason": None if status == "ok" else "request-errors",
-                      "detail": None if status == "ok" else "; ".join(summary["error_samples"]),
-                      "started": started, "finished": now(), "metrics": summary, "spec_decode": spec,
-                      "effective": effective, "mismatch": flags, "server": server_info,
-                      "raw": str(store.raw_path(point.id).relative_to(store.root))})
-    progress.finished(point, status, f"{summary['output_throughput'] or 0:.1f} tok/s, acceptance "
-                      f"{_fmt(spec['acceptance_rate'])}, mean length {_fmt(spec['mean_acceptance_length'])}")
 
 
 def _check_engine(server: Server, settle_s: float = 3.0) -> None:

@@ -1,0 +1,69 @@
+"""`bench ab`: the same profile against two vLLM environments, interleaved (A B, B A, A B, ...) so that drift
+hits both sides alike, into one comparison. An environment is a Python interpreter (or venv) with the suite
+importable, optionally with the patch state to set before each of its runs."""
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.errors import BenchError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Env:
+    python: str
+    patch: str | None  # "patched", "unpatched" or None (leave as is)
+
+    @property
+    def draft_keys(self) -> str:
+        # Unpatched vLLM rejects the draft_* keys: hand it vLLM's own names for the same settings.
+        return "upstream" if self.patch == "unpatched" else "legacy"
+
+    def label(self) -> str:
+        return f"{self.python}{':' + self.patch if self.patch else ''}"
+
+
+def parse_env(spec: str) -> Env:
+    path, _, patch = spec.partition(":")
+    if patch not in ("", "patched", "unpatched"):
+        raise BenchError(f"environment {spec!r}: the suffix must be :patched or :unpatched")
+    p = Path(path)
+    if p.is_dir():
+        p = p / "bin" / "python"
+    if not p.exists():
+        raise BenchError(f"environment {spec!r}: no Python interpreter at {p}")
+    return Env(str(p), patch or None)
+
+
+def _run(env: Env, args: list[str]) -> int:
+    return subprocess.run([env.python, "-m", "bench", *args], cwd=REPO).returncode
+
+
+def run_ab(profile: str, a: Env, b: Env, *, rounds: int, out: Path | None, repeat: int = 1) -> int:
+    out = Path(out or REPO / "reports" / f"ab-{Path(profile).stem}-{dt.datetime.now():%Y%m%d-%H%M%S}")
+    if (out / "baseline").exists() or (out / "candidate").exists():
+        raise BenchError(f"{out} already holds an A/B run")
+    for r in range(rounds):
+        order = [("baseline", a), ("candidate", b)] if r % 2 == 0 else [("candidate", b), ("baseline", a)]
+        for side, env in order:
+            if env.patch:
+                if _run(env, ["patch", "apply" if env.patch == "patched" else "revert"]) != 0:
+                    raise BenchError(f"could not set {env.label()} before round {r}")
+            print(f"round {r + 1}/{rounds}: {side} ({env.label()})", file=sys.stderr, flush=True)
+            rc = _run(env, ["sweep", profile, "--out", str(out / side / f"round-{r}"), "--quiet",
+                            "--repeat", str(repeat), "--draft-keys", env.draft_keys])
+            if rc not in (0, 3):
+                raise BenchError(f"{side} round {r} failed (exit {rc})")
+    from bench.compare import compare_dirs, compare_markdown, regressions
+    from bench.store import atomic_write_bytes
+
+    result = compare_dirs(out / "baseline", out / "candidate")
+    text = compare_markdown(result)
+    atomic_write_bytes(out / "compare.md", text.encode())
+    print(text)
+    return 4 if len(regressions(result)) else 0
