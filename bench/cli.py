@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench.errors import BenchError, NotImplementedYet
 
-LATER = {"profile": "profiling"}
+LATER: dict[str, str] = {}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,9 +46,22 @@ def build_parser() -> argparse.ArgumentParser:
                        "profile's [hardware], else this machine)")
     sweep.add_argument("--quiet", action="store_true", help="no progress lines")
     sweep.add_argument("--repeat", type=int, help="trials per point (default: the profile's run.repeat)")
+    sweep.add_argument("--profile-points", action="store_true", help="attach a capture to every point run "
+                       "(nsys when found, else the in-process timing mode)")
+    sweep.add_argument("--nsys", help="path of the nsys binary (default: PATH and known locations)")
     sweep.add_argument("--draft-keys", choices=["legacy", "upstream"], default="legacy",
                        help="pass the draft backend / KV dtype as draft_* keys (needs the patch) or as vLLM's "
                        "attention_backend / kv_cache_dtype (unpatched vLLM)")
+
+    prof = sub.add_parser("profile", help="run one sweep point under Nsight Systems (or in-process timing) and "
+                          "analyze it; or `profile analyze FILE.sqlite[.xz]`")
+    prof.add_argument("target", help="a profile name / .toml path, or the word 'analyze'")
+    prof.add_argument("file", nargs="?", type=Path, help="with 'analyze': the nsys SQLite export")
+    prof.add_argument("--point", help="point id (or a prefix) to profile (default: the first runnable point)")
+    prof.add_argument("--nsys", help="path of the nsys binary (default: PATH and known locations)")
+    prof.add_argument("--no-nsys", action="store_true", help="use the in-process timing mode even if nsys exists")
+    prof.add_argument("--out", type=Path, help="output folder")
+    prof.add_argument("--quiet", action="store_true")
 
     compare = sub.add_parser("compare", help="faster / slower / no change beyond noise, per matched point")
     compare.add_argument("baseline", type=Path, help="results directory, or a folder of them (rounds)")
@@ -166,8 +179,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(describe_plan(plan, flavor))
         return 0
     out = args.out or Path("reports") / f"{profile.name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    capture = None
+    if args.profile_points:
+        from bench.profiling.session import Capture, find_nsys
+        capture = Capture(Path(out) / "profile", find_nsys(args.nsys))
     store = run_sweep(plan, out, resume=args.resume, rerun_failed=args.rerun_failed, quiet=args.quiet,
-                      flavor=flavor, draft_keys=args.draft_keys)
+                      flavor=flavor, draft_keys=args.draft_keys, capture=capture)
     from bench.report.build import build_report
 
     paths = build_report(store.root)
@@ -183,6 +200,53 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     for name, path in build_report(args.sweep_dir, args.out).items():
         print(f"{name}: {path}")
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    if args.target == "analyze":
+        from bench.profiling.nsys_analysis import analyze
+
+        if args.file is None:
+            raise BenchError("profile analyze needs FILE (an nsys .sqlite or .sqlite.xz export)")
+        out = args.out or args.file.parent / (args.file.name.split(".")[0] + "-analysis")
+        result = analyze(args.file, out)
+        for name, path in result["paths"].items():
+            print(f"{name}: {path}")
+        for warning in result["warnings"]:
+            print(f"warning: {warning}", file=sys.stderr)
+        return 0
+    from bench.hardware import detect_machine
+    from bench.plan import make_plan
+    from bench.profile import load_profile
+    from bench.profiling.session import Capture, find_nsys
+    from bench.sweep import run_sweep
+
+    machine = detect_machine()
+    profile = load_profile(args.target, machine.platform)
+    plan = make_plan(profile, machine)
+    chosen = [p for p in plan.runnable if args.point is None or p.id.startswith(args.point)][:1]
+    if not chosen:
+        known = ", ".join(p.id for p in plan.runnable) or "none runnable here"
+        raise BenchError(f"no runnable point {args.point!r} in {profile.name}; points: {known}")
+    point = chosen[0]
+    plan.groups = [(point.engine, [point])]
+    plan.skipped = []
+    nsys = None if args.no_nsys else find_nsys(args.nsys)
+    if nsys is None:
+        print("nsys not found: using the in-process timing mode (CPU time per range, GPU time via CUDA events "
+              "where a GPU exists)", file=sys.stderr)
+    out = args.out or Path("reports") / f"profile-{profile.name}-{point.id}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    capture = Capture(Path(out) / "profile", nsys)
+    flavor = profile.model.flavor if profile.model.flavor != "auto" else machine.platform
+    store = run_sweep(plan, Path(out), quiet=args.quiet, flavor=flavor, capture=capture)
+    for item in capture.outputs:
+        if item.get("error"):
+            raise BenchError(f"capture failed: {item['error']}")
+        print(json.dumps(item, indent=2, default=str))
+    print(f"results: {store.root}")
     return 0
 
 
@@ -221,7 +285,7 @@ def cmd_later(args: argparse.Namespace) -> int:
     raise NotImplementedYet(f"'{args.command}' is not yet implemented ({LATER[args.command]} comes in a later issue)")
 
 
-COMMANDS = {"patch": cmd_patch, "sweep": cmd_sweep, "models": cmd_models, "report": cmd_report, "compare": cmd_compare, "ab": cmd_ab}
+COMMANDS = {"patch": cmd_patch, "sweep": cmd_sweep, "models": cmd_models, "report": cmd_report, "compare": cmd_compare, "profile": cmd_profile, "ab": cmd_ab}
 
 
 def main(argv: list[str] | None = None) -> int:

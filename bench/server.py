@@ -88,9 +88,12 @@ def server_argv(model: str, served_name: str, port: int, server_args: dict, spec
     return argv
 
 
-def server_env(run_dir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """vLLM's caches, temp files and IPC sockets inside the run's own folder."""
-    dirs = {"VLLM_CACHE_ROOT": run_dir / "cache", "TMPDIR": run_dir / "tmp", "VLLM_RPC_BASE_PATH": run_dir / "rpc"}
+def server_env(run_dir: Path, extra: dict[str, str] | None = None, cache_dir: Path | None = None) -> dict[str, str]:
+    """vLLM's temp files and IPC sockets inside the run's own folder. The compile cache (`cache_dir`, default
+    inside run_dir) can be shared by the servers of one sweep: vLLM keys it by config hash, and reusing
+    torch.compile artifacts cuts later servers' start-up."""
+    dirs = {"VLLM_CACHE_ROOT": cache_dir or run_dir / "cache", "TMPDIR": run_dir / "tmp",
+            "VLLM_RPC_BASE_PATH": run_dir / "rpc"}
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **{k: str(v) for k, v in dirs.items()}, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",

@@ -21,7 +21,7 @@ from bench.loadgen import LoadAborted, make_prompts, run_load
 from bench.models import VOCAB_SIZE, write_tiny_models
 from bench.plan import EngineConfig, Plan, Point
 from bench.server import ENGINE_FATAL, Server, ServerFailed, ServerSpec, classify_log, free_port, server_argv, server_env
-from bench.store import SweepStore
+from bench.store import SweepStore, atomic_write_json
 
 log = logging.getLogger(__name__)
 SERVED_NAME = "bench-target"
@@ -71,7 +71,8 @@ def server_spec(engine: EngineConfig, store: SweepStore, flavor: str, extra_env:
     argv = server_argv(target, SERVED_NAME, port, dict(engine.server), engine.speculative_config(draft, draft_keys),
                        engine.dcp_size, load_format)
     run_dir = store.root / "run" / engine.id
-    return ServerSpec(argv, server_env(run_dir, extra_env), store.log_path(engine.id), port), vocab
+    env = server_env(run_dir, extra_env, cache_dir=store.root / "run" / "vllm-cache")
+    return ServerSpec(argv, env, store.log_path(engine.id), port), vocab
 
 
 def plan_manifest(plan: Plan, environment: dict) -> dict:
@@ -90,7 +91,9 @@ def base_record(point: Point) -> dict:
 
 
 def run_sweep(plan: Plan, out_dir: Path, *, resume: bool = False, rerun_failed: bool = False, quiet: bool = False,
-              flavor: str = "cpu", extra_env: dict | None = None, draft_keys: str = "legacy") -> SweepStore:
+              flavor: str = "cpu", extra_env: dict | None = None, draft_keys: str = "legacy",
+              capture=None) -> SweepStore:
+    """capture: a bench.profiling.session.Capture to profile every point run (None: no profiling)."""
     store = SweepStore(out_dir)
     existing = _open_existing(store, plan, resume)
     manifest = plan_manifest(plan, collect_environment(plan.machine))
@@ -111,7 +114,7 @@ def run_sweep(plan: Plan, out_dir: Path, *, resume: bool = False, rerun_failed: 
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         for engine, points in todo_groups:
-            _run_engine(engine, points, store, progress, plan, flavor, extra_env, draft_keys)
+            _run_engine(engine, points, store, progress, plan, flavor, extra_env, draft_keys, capture)
     finally:
         signal.signal(signal.SIGTERM, previous)
     return store
@@ -140,8 +143,11 @@ def _needs_run(record: dict | None, rerun_failed: bool) -> bool:
     return record["status"] != "ok" and rerun_failed
 
 
-def _run_engine(engine, points, store, progress, plan, flavor, extra_env, draft_keys) -> None:
-    spec, vocab = server_spec(engine, store, flavor, extra_env, draft_keys)
+def _run_engine(engine, points, store, progress, plan, flavor, extra_env, draft_keys, capture) -> None:
+    spec, vocab = server_spec(engine, store, flavor, {**(extra_env or {}), **(capture.env(engine.id) if capture
+                                                                             else {})}, draft_keys)
+    if capture:
+        spec.argv = capture.wrap(spec.argv, engine.id)
     server = Server(spec)
     progress.point(points[0], f"starting server ({' '.join(spec.argv[3:])})" if not progress.quiet else "")
     started = now()
@@ -163,7 +169,7 @@ def _run_engine(engine, points, store, progress, plan, flavor, extra_env, draft_
                        "log": str(spec.log_path.relative_to(store.root))}
         for i, point in enumerate(points):
             try:
-                _run_point(point, server, store, progress, plan, vocab, effective, flags, server_info)
+                _run_point(point, server, store, progress, plan, vocab, effective, flags, server_info, capture)
             except Exception as exc:  # noqa: BLE001 - a point's failure is data; the sweep goes on
                 if not isinstance(exc, (ServerFailed, LoadAborted)):
                     log.exception("point %s failed inside bench", point.id)
@@ -176,15 +182,19 @@ def _run_engine(engine, points, store, progress, plan, flavor, extra_env, draft_
                           phase="load", server_log=spec.log_path)
                 return
     finally:
-        server.stop()
+        server.stop(grace_s=600 if capture and capture.nsys else 20)  # nsys finalizes its report on SIGTERM
+        if capture:
+            capture.finalize(engine.id)
+            atomic_write_json(store.root / "profile" / "captures.json", capture.outputs)
 
 
-def _run_point(point, server, store, progress, plan, vocab, effective, flags, server_info) -> None:
+def _run_point(point, server, store, progress, plan, vocab, effective, flags, server_info, capture=None) -> None:
     progress.point(point, "running")
     started, rows, trials, first = now(), [], [], None
     for trial in range(plan.profile.run.repeat):
         try:
-            trial_rows, before, after = _run_trial(point, server, plan, vocab, trial)
+            trial_rows, before, after = _run_trial(point, server, plan, vocab, trial,
+                                                   capture if trial == 0 else None)
         except (LoadAborted, ServerFailed) as exc:
             store.save_raw(point.id, rows + getattr(exc, "rows", []))
             _fail(store, progress, point, exc.reason, exc.detail, phase="load", server_log=server.spec.log_path,
@@ -208,7 +218,7 @@ def _run_point(point, server, store, progress, plan, vocab, effective, flags, se
                       + (f", {len(trials)} trials" if len(trials) > 1 else ""))
 
 
-def _run_trial(point, server, plan, vocab, trial: int):
+def _run_trial(point, server, plan, vocab, trial: int, capture=None):
     """One measured pass over the point's prompts (warmup before the first only); fresh prompts per trial so
     that prefix caching cannot make later trials faster. Returns (rows, counters before, counters after)."""
     run = plan.profile.run
@@ -219,12 +229,16 @@ def _run_trial(point, server, plan, vocab, trial: int):
 
     def mark_measure_start():
         counters["before"] = _spec_counters(server)
+        if capture:
+            capture.start(server.base_url)
 
     try:
         run_load(server.base_url, SERVED_NAME, prompts=prompts, warmup_count=warmup,
                  max_tokens=point.shape.output_len, concurrency=point.shape.concurrency,
                  stall_s=run.stall_timeout_s, timeout_s=run.request_timeout_s, check_alive=server.check_alive,
                  on_measure_start=mark_measure_start, records=records)
+        if capture:
+            capture.stop(server.base_url)
         rows = [{**r.to_row(), "trial": trial} for r in records]
         if any(r["status"] != "ok" for r in rows):
             _check_engine(server)  # errors because the engine died: fail the engine config, classified

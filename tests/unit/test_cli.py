@@ -12,12 +12,6 @@ def test_help_lists_every_subcommand():
         assert name in out
 
 
-@pytest.mark.parametrize("command", ["profile"])
-def test_later_commands_say_not_yet_implemented(command, capsys):
-    assert main([command]) == 2
-    assert "not yet implemented" in capsys.readouterr().err
-
-
 def test_user_errors_are_one_line_without_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "bench", "patch", "status", "--vllm-root", str(tmp_path / "x")],
                           capture_output=True, text=True)

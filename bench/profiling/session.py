@@ -1,0 +1,121 @@
+"""Attach a capture to sweep points: Nsight Systems when nsys is found, else the plugin's in-process timing mode.
+
+The plugin (bench.profiling.plugin, loaded by vLLM in every process) emits the NVTX ranges; this module wraps the
+server command in `nsys profile`, opens and closes vLLM's CUDA-profiler capture range around the measured
+window (POST /start_profile, /stop_profile), and after the server stopped (so nsys finalizes) exports SQLite
+and runs the per-range analysis. Without nsys the same ranges are timed in-process into per-process files.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.errors import BenchError
+
+log = logging.getLogger(__name__)
+NSYS_FLAGS = ["-t", "cuda,nvtx,osrt", "--cuda-graph-trace=node", "-s", "none", "--cpuctxsw=none",
+              "--trace-fork-before-exec=true", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat",
+              "--force-overwrite=true"]
+KNOWN_NSYS = ["/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys",
+              "/opt/nvidia/nsight-systems/bin/nsys", "/usr/local/cuda/bin/nsys"]
+
+
+def find_nsys(explicit: str | None = None) -> str | None:
+    if explicit:
+        if not Path(explicit).exists():
+            raise BenchError(f"--nsys {explicit}: no such file")
+        return explicit
+    return shutil.which("nsys") or next((p for p in KNOWN_NSYS if Path(p).exists()), None)
+
+
+@dataclass
+class Capture:
+    """One capture per engine configuration (server); points served by it each get a capture range."""
+    out_dir: Path
+    nsys: str | None = None
+    outputs: list[dict] = field(default_factory=list)
+
+    @property
+    def mode(self) -> str:
+        return "nsys" if self.nsys else "timing"
+
+    def report_base(self, engine_id: str) -> Path:
+        return self.out_dir / f"capture-{engine_id}"
+
+    def wrap(self, argv: list[str], engine_id: str) -> list[str]:
+        if not self.nsys:
+            return argv
+        argv = argv + ["--profiler-config", json.dumps({"profiler": "cuda"})]
+        return [self.nsys, "profile", *NSYS_FLAGS, "-o", str(self.report_base(engine_id)), *argv]
+
+    def env(self, engine_id: str) -> dict[str, str]:
+        if self.nsys:
+            return {"BENCH_NVTX": "1", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+        timing_dir = self.report_base(engine_id).with_suffix(".timing")
+        timing_dir.mkdir(parents=True, exist_ok=True)
+        return {"BENCH_TIMING": "1", "BENCH_TIMING_DIR": str(timing_dir)}
+
+    def start(self, base_url: str) -> None:
+        if self.nsys:
+            _post(base_url + "/start_profile")
+
+    def stop(self, base_url: str) -> None:
+        if self.nsys:
+            _post(base_url + "/stop_profile")
+
+    def finalize(self, engine_id: str) -> dict:
+        """After the server stopped: export and analyze what this engine's capture produced."""
+        from bench.profiling.nsys_analysis import analyze
+
+        base = self.report_base(engine_id)
+        out = {"engine_id": engine_id, "mode": self.mode}
+        try:
+            if self.nsys:
+                reps = sorted(base.parent.glob(base.name + "*.nsys-rep"))
+                if not reps:
+                    raise BenchError(f"nsys wrote no report for {base} (see the server log)")
+                out["reports"] = []
+                for rep in reps:
+                    sqlite = rep.with_suffix(".sqlite")
+                    subprocess.run([self.nsys, "export", "--type", "sqlite", "--force-overwrite=true", "-o",
+                                    str(sqlite), str(rep)], check=True, capture_output=True, timeout=1200)
+                    result = analyze(sqlite, rep.with_suffix(".analysis"))
+                    out["reports"].append({"nsys_rep": rep.name, "sqlite": sqlite.name,
+                                           "tables": {k: str(v) for k, v in result["paths"].items()},
+                                           "headline": result["headline"], "warnings": result["warnings"]})
+            else:
+                out.update(_finalize_timing(base.with_suffix(".timing"), base.with_suffix(".analysis")))
+        except (BenchError, subprocess.SubprocessError, OSError) as exc:
+            out["error"] = str(exc)
+            log.error("capture of %s: %s", engine_id, exc)
+        self.outputs.append(out)
+        return out
+
+
+def _finalize_timing(timing_dir: Path, out_dir: Path) -> dict:
+    from bench.profiling.nsys_analysis import summarize_ranges
+    from bench.profiling.plot import plot_range_breakdown
+    from bench.profiling.timing import load_timing_dir
+
+    ranges = load_timing_dir(timing_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = summarize_ranges(ranges)
+    ranges.to_parquet(out_dir / "ranges.parquet", index=False)
+    summary.to_parquet(out_dir / "summary.parquet", index=False)
+    summary.to_csv(out_dir / "summary.csv", index=False)
+    if len(summary):
+        plot_range_breakdown(summary, out_dir / "range_breakdown.png")
+    return {"timing_dir": str(timing_dir), "tables": {"summary": str(out_dir / "summary.parquet")},
+            "ranges": int(len(ranges)), "range_names": sorted(summary["name"].unique()) if len(summary) else []}
+
+
+def _post(url: str) -> None:
+    req = urllib.request.Request(url, data=b"", method="POST")
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        resp.read()
