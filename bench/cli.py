@@ -187,9 +187,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                       flavor=flavor, draft_keys=args.draft_keys, capture=capture)
     from bench.report.build import build_report
 
-    paths = build_report(store.root)
+    try:  # the results are stored whatever happens here; `bench report DIR` can rebuild the report
+        print(f"report: {build_report(store.root)['summary']}")
+    except Exception as exc:  # noqa: BLE001
+        logging.getLogger("bench").exception("building the report failed: %s", exc)
     statuses = [p["status"] for p in store.points().values()]
-    print(f"report: {paths['summary']}")
     print(f"results: {store.root}  ({statuses.count('ok')} ok, {statuses.count('failed')} failed, "
           f"{statuses.count('skipped')} skipped)")
     return 0 if "failed" not in statuses else 3

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -71,7 +72,9 @@ def server_spec(engine: EngineConfig, store: SweepStore, flavor: str, extra_env:
     argv = server_argv(target, SERVED_NAME, port, dict(engine.server), engine.speculative_config(draft, draft_keys),
                        engine.dcp_size, load_format)
     run_dir = store.root / "run" / engine.id
-    env = server_env(run_dir, extra_env, cache_dir=store.root / "run" / "vllm-cache")
+    # BENCH_VLLM_CACHE shares vLLM's compile cache across sweeps too (A/B rounds of one config start faster).
+    cache = Path(os.environ.get("BENCH_VLLM_CACHE") or store.root / "run" / "vllm-cache")
+    env = server_env(run_dir, extra_env, cache_dir=cache)
     return ServerSpec(argv, env, store.log_path(engine.id), port), vocab
 
 

@@ -42,7 +42,8 @@ FAILED_COLUMNS = {"draft_attention_backend": ("draft backend", 0), "draft_kv_cac
 def summary_markdown(points: pd.DataFrame, prov: dict) -> str:
     ok = points[points.status == "ok"]
     bad = points[points.status != "ok"].copy()
-    bad["detail"] = bad["detail"].map(lambda d: (d or "")[:160].replace("|", "/").replace("\n", " ") or None)
+    bad["detail"] = bad["detail"].map(lambda d: d[:160].replace("|", "/").replace("\n", " ") if isinstance(d, str)
+                                      else None)
     lines = [f"# Sweep `{prov['profile']}`", "",
              f"{len(ok)} ok, {int((points.status == 'failed').sum())} failed, "
              f"{int((points.status == 'skipped').sum())} skipped.", ""]
