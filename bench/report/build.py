@@ -1,4 +1,5 @@
-"""`bench report SWEEP_DIR`: tables (CSV + Parquet) and summary.md, from the results directory alone."""
+"""`bench report SWEEP_DIR`: tables (CSV + Parquet), summary.md, report.html and its plots as PNG files, from the
+results directory alone."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,7 +20,25 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None) -> dict[str, Path
     paths = {"summary": out / "summary.md", "points_csv": out / "points.csv", "points_parquet": out / "points.parquet"}
     atomic_write_bytes(paths["summary"], summary_markdown(points, prov).encode())
     flat = points.assign(per_position_acceptance=points.per_position_acceptance.map(
-        lambda v: None if v is None else "/".join(f"{x:.4f}" for x in v)))
+        lambda v: None if v is None else "/".join("-" if x is None else f"{x:.4f}" for x in v)))
     atomic_write_bytes(paths["points_csv"], flat.to_csv(index=False).encode())
     flat.to_parquet(paths["points_parquet"], index=False)
+    paths.update(build_html(sweep_dir, out, points))
+    return paths
+
+
+def build_html(sweep_dir: Path, out: Path, points=None) -> dict[str, Path]:
+    """report.html (self-contained) and plots/<name>.png; a plot with nothing to draw is not written."""
+    from bench.report.html import render_html
+    from bench.report.plots import collect, draw_all
+
+    data = collect(sweep_dir, points)
+    images = draw_all(data)
+    paths = {}
+    for name, png in images.items():
+        if png is not None:
+            paths[f"plot_{name}"] = out / "plots" / f"{name}.png"
+            atomic_write_bytes(paths[f"plot_{name}"], png)
+    paths["html"] = out / "report.html"
+    atomic_write_bytes(paths["html"], render_html(data, images).encode())
     return paths
