@@ -1,9 +1,10 @@
 """`bench compare BASELINE CANDIDATE`: per matched point and metric, the ratio with a bootstrap confidence
 interval and a Mann-Whitney test; a verdict only when significant AND beyond a minimum effect size.
 
-Samples: throughput and acceptance use one value per trial (`sweep --repeat N`, or one sweep per round of
-`bench ab`); latencies use every request's value, pooled over trials. A side may be one results directory or a
-folder of them (rounds), whose trials are pooled.
+Samples are trials (`sweep --repeat N`, and one sweep per round of `bench ab`): the trial is the independent
+unit. Throughput and acceptance take each trial's value; latencies take each trial's median over its requests
+(pooling requests would treat requests of one trial, which share its conditions, as independent, and an A/A
+comparison then finds "changes"). A side may be one results directory or a folder of them (rounds).
 """
 from __future__ import annotations
 
@@ -19,15 +20,9 @@ from bench.errors import BenchError
 from bench.metrics import request_latencies
 from bench.store import SweepStore
 
-# metric -> (sample kind, higher is better)
-METRICS = {
-    "output_throughput": ("trial", True),
-    "request_throughput": ("trial", True),
-    "mean_acceptance_length": ("trial", True),
-    "ttft_ms": ("request", False),
-    "tpot_ms": ("request", False),
-    "e2e_ms": ("request", False),
-}
+# metric -> higher is better
+METRICS = {"output_throughput": True, "request_throughput": True, "mean_acceptance_length": True,
+           "ttft_ms": False, "tpot_ms": False, "e2e_ms": False}
 GATED = ("output_throughput", "tpot_ms")
 
 
@@ -35,8 +30,7 @@ GATED = ("output_throughput", "tpot_ms")
 class PointSamples:
     label: str
     config: dict
-    trial: dict[str, list[float]] = field(default_factory=dict)
-    request: dict[str, list[float]] = field(default_factory=dict)
+    trial: dict[str, list[float]] = field(default_factory=dict)  # metric -> one value per trial
 
 
 def sweep_dirs(path: Path) -> list[Path]:
@@ -65,17 +59,18 @@ def load_side(path: Path) -> dict[str, PointSamples]:
                 for name, value in values.items():
                     if value is not None:
                         ps.trial.setdefault(name, []).append(float(value))
+            per_trial: dict[int, dict[str, list[float]]] = {}
             for row in store.raw(pid):
                 if row["phase"] == "measure" and row["status"] == "ok":
                     lat = request_latencies(row)
+                    bucket = per_trial.setdefault(row.get("trial") or 0, {})
                     for name, key in (("ttft_ms", "ttft"), ("tpot_ms", "tpot"), ("e2e_ms", "e2e")):
                         if lat[key] is not None:
-                            ps.request.setdefault(name, []).append(lat[key])
+                            bucket.setdefault(name, []).append(lat[key])
+            for bucket in per_trial.values():
+                for name, values in bucket.items():
+                    ps.trial.setdefault(name, []).append(float(np.median(values)))
     return out
-
-
-def _stat(kind: str):
-    return np.mean if kind == "trial" else np.median
 
 
 def bootstrap_ratio_ci(base, cand, stat, n: int = 2000, seed: int = 0, level: float = 0.95):
@@ -88,9 +83,10 @@ def bootstrap_ratio_ci(base, cand, stat, n: int = 2000, seed: int = 0, level: fl
     return float(lo), float(hi)
 
 
-def compare_metric(base: list[float], cand: list[float], kind: str, higher_better: bool, *,
-                   min_effect: float, alpha: float) -> dict:
-    stat = _stat(kind)
+def compare_metric(base: list[float], cand: list[float], higher_better: bool, *, min_effect: float,
+                   alpha: float) -> dict:
+    """Ratio of means candidate / baseline over trial samples, its bootstrap CI, Mann-Whitney p, verdict."""
+    stat = np.mean
     out = {"n_base": len(base), "n_cand": len(cand), "baseline": None, "candidate": None, "ratio": None,
            "ci_low": None, "ci_high": None, "p_value": None, "noise_cv": None, "verdict": "insufficient data"}
     if not base or not cand:
@@ -118,10 +114,9 @@ def compare_dirs(baseline: Path, candidate: Path, *, min_effect: float = 0.02, a
     rows = []
     for pid in sorted(set(base) & set(cand), key=lambda p: base[p].label):
         bp, cp = base[pid], cand[pid]
-        for metric, (kind, higher) in METRICS.items():
-            pool = "trial" if kind == "trial" else "request"
-            r = compare_metric(getattr(bp, pool).get(metric, []), getattr(cp, pool).get(metric, []), kind, higher,
-                               min_effect=min_effect, alpha=alpha)
+        for metric, higher in METRICS.items():
+            r = compare_metric(bp.trial.get(metric, []), cp.trial.get(metric, []), higher, min_effect=min_effect,
+                               alpha=alpha)
             rows.append({"point_id": pid, "label": bp.label, "metric": metric, **r})
     table = pd.DataFrame(rows)
     return {"table": table, "only_baseline": sorted(base[p].label for p in set(base) - set(cand)),
