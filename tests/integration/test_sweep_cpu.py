@@ -145,6 +145,13 @@ def test_resume_reruns_failed_points_to_completion(faulted_sweep):
     assert manifest["counts"] == {"points": 8, "runnable": 4, "skipped": 4, "servers": 2}
     assert not sweep_pids(out)
 
+    # The report is built from the results alone; comparing the sweep with itself finds nothing.
+    assert (out / "report" / "report.html").exists() and "4 ok, 0 failed, 4 skipped" in (
+        out / "report" / "summary.md").read_text()
+    from bench.compare import compare_dirs
+    table = compare_dirs(out, out)["table"]
+    assert len(table) == 4 * 6 and set(table.verdict) == {"insufficient data"} and set(table.ratio) == {1.0}
+
     # Nothing left to do: a resume starts no server.
     t0 = time.monotonic()
     rc, lines = run_sweep_cli(out, "--resume")
