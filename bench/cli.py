@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--nsys", help="path of the nsys binary (default: PATH and known locations)")
     prof.add_argument("--no-nsys", action="store_true", help="use the in-process timing mode even if nsys exists")
     prof.add_argument("--out", type=Path, help="output folder")
+    prof.add_argument("--num-prompts", type=int, help="measured requests (default: the point's; fewer = a smaller "
+                      "trace)")
     prof.add_argument("--quiet", action="store_true")
 
     compare = sub.add_parser("compare", help="faster / slower / no change beyond noise, per matched point")
@@ -234,6 +236,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
         known = ", ".join(p.id for p in plan.runnable) or "none runnable here"
         raise BenchError(f"no runnable point {args.point!r} in {profile.name}; points: {known}")
     point = chosen[0]
+    if args.num_prompts:
+        import dataclasses
+        point = dataclasses.replace(point, num_prompts=max(args.num_prompts, point.shape.concurrency))
     plan.groups = [(point.engine, [point])]
     plan.skipped = []
     nsys = None if args.no_nsys else find_nsys(args.nsys)

@@ -21,7 +21,7 @@ python -m bench patch apply >/dev/null; python -m bench patch status > "$OUT/pat
 mode=${1:-capture}
 if [ "$mode" = capture ]; then
   for p in 69817124664f 5092e486a0dc; do
-    timeout 260 python -m bench profile tiny-block64 --point $p --nsys $nsys --out /tmp/prof/$p 2>&1 | tail -60
+    timeout 185 python -m bench profile tiny-block64 --point $p --num-prompts 16 --nsys $nsys --out /tmp/prof/$p 2>&1 | tail -40
   done
   cd /tmp/prof && find . -name '*.nsys-rep' -o -name '*.sqlite' | xargs -r ls -la
   tar czf "$OUT/profiles.tgz" --exclude='*.nsys-rep' --exclude='*.sqlite' --exclude='run' .
