@@ -20,8 +20,9 @@ PY
 python -m bench patch apply >/dev/null; python -m bench patch status > "$OUT/patch-status.txt"
 mode=${1:-capture}
 if [ "$mode" = capture ]; then
-  for p in 69817124664f 5092e486a0dc; do
-    timeout 185 python -m bench profile tiny-block64 --point $p --num-prompts 16 --nsys $nsys --out /tmp/prof/$p 2>&1 | tail -40
+  for item in 69817124664f:190 5092e486a0dc:150; do  # FLASHMLA/auto, TRITON_MLA/auto at 8x128x128
+    p=${item%%:*}
+    timeout ${item##*:} python -m bench profile tiny-block64 --point $p --num-prompts 16 --nsys $nsys --out /tmp/prof/$p 2>&1 | tail -40
   done
   cd /tmp/prof && find . -name '*.nsys-rep' -o -name '*.sqlite' | xargs -r ls -la
   tar czf "$OUT/profiles.tgz" --exclude='*.nsys-rep' --exclude='*.sqlite' --exclude='run' .
