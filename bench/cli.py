@@ -249,6 +249,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     capture = Capture(Path(out) / "profile", nsys)
     flavor = profile.model.flavor if profile.model.flavor != "auto" else machine.platform
     store = run_sweep(plan, Path(out), quiet=args.quiet, flavor=flavor, capture=capture)
+    from bench.report.build import build_report
+
+    print(f"report: {build_report(store.root)['summary'].parent / 'report.html'}")
     for item in capture.outputs:
         if item.get("error"):
             raise BenchError(f"capture failed: {item['error']}")

@@ -187,7 +187,7 @@ def _run_engine(engine, points, store, progress, plan, flavor, extra_env, draft_
     finally:
         server.stop(grace_s=600 if capture and capture.nsys else 20)  # nsys finalizes its report on SIGTERM
         if capture:
-            capture.finalize(engine.id)
+            capture.finalize(engine.id, server.log_text())
             atomic_write_json(store.root / "profile" / "captures.json", capture.outputs)
 
 

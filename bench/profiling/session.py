@@ -69,7 +69,7 @@ class Capture:
         if self.nsys:
             _post(base_url + "/stop_profile")
 
-    def finalize(self, engine_id: str) -> dict:
+    def finalize(self, engine_id: str, server_log: str = "") -> dict:
         """After the server stopped: export and analyze what this engine's capture produced."""
         from bench.profiling.nsys_analysis import analyze
 
@@ -77,7 +77,7 @@ class Capture:
         out = {"engine_id": engine_id, "mode": self.mode}
         try:
             if self.nsys:
-                reps = sorted(base.parent.glob(base.name + "*.nsys-rep"))
+                reps = generated_reports(server_log) or sorted(base.parent.glob(base.name + "*.nsys-rep"))
                 if not reps:
                     raise BenchError(f"nsys wrote no report for {base} (see the server log)")
                 out["reports"] = []
@@ -96,6 +96,19 @@ class Capture:
             log.error("capture of %s: %s", engine_id, exc)
         self.outputs.append(out)
         return out
+
+
+def generated_reports(log_text: str) -> list[Path]:
+    """Reports nsys says it wrote ("Generated:" then one path per line). Seen on an H200 with nsys 2025.3 and
+    --capture-range-end=repeat: the report went to $TMPDIR/nsys-report-XXXX.nsys-rep, not to the -o path."""
+    found, lines = [], log_text.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() == "Generated:":
+            for nxt in lines[i + 1:]:
+                if not nxt.startswith(("\t", " ")) or not nxt.strip().endswith(".nsys-rep"):
+                    break
+                found.append(Path(nxt.strip()))
+    return [p for p in found if p.exists()]
 
 
 def _finalize_timing(timing_dir: Path, out_dir: Path) -> dict:
