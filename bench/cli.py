@@ -7,9 +7,8 @@ import logging
 import sys
 from pathlib import Path
 
-from bench.errors import BenchError, NotImplementedYet
+from bench.errors import BenchError
 
-LATER: dict[str, str] = {}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,9 +96,6 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("sweep_dir", type=Path)
     report.add_argument("--out", type=Path, help="where to write (default: SWEEP_DIR/report)")
 
-    for name, what in LATER.items():
-        p = sub.add_parser(name, help=f"{what} (not yet implemented)")
-        p.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -291,10 +287,6 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_later(args: argparse.Namespace) -> int:
-    raise NotImplementedYet(f"'{args.command}' is not yet implemented ({LATER[args.command]} comes in a later issue)")
-
-
 COMMANDS = {"patch": cmd_patch, "sweep": cmd_sweep, "models": cmd_models, "report": cmd_report, "compare": cmd_compare, "profile": cmd_profile, "ab": cmd_ab}
 
 
@@ -304,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        return COMMANDS.get(args.command, cmd_later)(args)
+        return COMMANDS[args.command](args)
     except BenchError as exc:
         if args.debug:
             raise

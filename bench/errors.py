@@ -6,8 +6,3 @@ class BenchError(Exception):
 
     exit_code = 1
 
-
-class NotImplementedYet(BenchError):
-    """A subcommand that a later issue fills in."""
-
-    exit_code = 2

