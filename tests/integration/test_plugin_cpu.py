@@ -7,9 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +19,7 @@ from bench.patching import apply_series, locate_vllm
 from bench.profiling import targets
 from bench.profiling.nsys_analysis import summarize_ranges
 from bench.profiling.timing import load_timing_dir
+from bench.server import Server, ServerSpec, free_port
 from tests.conftest import vllm_env
 
 pytestmark = pytest.mark.slow
@@ -43,12 +41,6 @@ def install():
 @pytest.fixture(scope="module")
 def models(install, tmp_path_factory):
     return write_tiny_models(tmp_path_factory.mktemp("models"), flavor="cpu", weights="zero-final-norm")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pids_of_run(folder: Path) -> list[int]:
@@ -77,24 +69,13 @@ def run_server(models, install, folder: Path, extra_env: dict[str, str]) -> dict
             "--served-model-name", "tiny", "--port", str(port), "--enforce-eager", "--max-model-len", "512",
             "--kv-cache-memory-bytes", "268435456", "--speculative-config", json.dumps(spec)]
     log_path = folder / "server.log"
-    url = f"http://127.0.0.1:{port}"
     # The draft_* speculative-config keys come from the suite's patch; apply it right before each start
     # (idempotent), since other tests revert it in the shared install.
     apply_series(install)
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                cwd=folder)
+    server = Server(ServerSpec(argv, env, log_path, port))  # the suite's lifecycle: group, health, stop + wait
     try:
-        deadline = time.monotonic() + 420
-        while True:
-            assert proc.poll() is None, f"server exited ({proc.returncode}):\n{log_path.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, "server not healthy in time"
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
+        server.start(timeout_s=420)
+        url = server.base_url
         w0 = time.perf_counter_ns()  # CLOCK_MONOTONIC, the clock of the timing files
         outs = []
         for prompt in PROMPTS:
@@ -106,20 +87,9 @@ def run_server(models, install, folder: Path, extra_env: dict[str, str]) -> dict
             assert r.json()["usage"]["completion_tokens"] == MAX_TOKENS
         w1 = time.perf_counter_ns()
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        except ProcessLookupError:
-            proc.wait(timeout=30)
-        for pid in pids_of_run(folder):  # workers that outlived the group kill (never seen; be sure)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    return {"api_pid": proc.pid, "outputs": outs, "window": (w0, w1), "log": log_path.read_text(),
+        server.stop(grace_s=30)
+    proc = server.proc
+    return {"api_pid": proc.pid, "outputs": outs, "window": (w0, w1), "log": server.log_text(),
             "leftover": pids_of_run(folder)}
 
 
