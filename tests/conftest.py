@@ -69,3 +69,17 @@ def vllm_env(tmp: Path) -> dict[str, str]:
     return {**os.environ, "VLLM_CACHE_ROOT": str(tmp / "cache"), "TMPDIR": str(tmp / "tmp"),
             "VLLM_RPC_BASE_PATH": str(tmp / "rpc"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def processes_using(folder: Path) -> list[int]:
+    """Processes whose environment points into folder (vLLM servers, engine cores and workers started with their
+    caches and sockets there): after a stop, none may be left."""
+    needle, found = str(folder).encode(), []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if needle in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ from bench.profiling import targets
 from bench.profiling.nsys_analysis import summarize_ranges
 from bench.profiling.timing import load_timing_dir
 from bench.server import Server, ServerSpec, free_port
-from tests.conftest import vllm_env
+from tests.conftest import processes_using, vllm_env
 
 pytestmark = pytest.mark.slow
 K = 3                 # num_speculative_tokens
@@ -41,19 +40,6 @@ def install():
 @pytest.fixture(scope="module")
 def models(install, tmp_path_factory):
     return write_tiny_models(tmp_path_factory.mktemp("models"), flavor="cpu", weights="zero-final-norm")
-
-
-def pids_of_run(folder: Path) -> list[int]:
-    """Processes whose environment points vLLM's caches and sockets into folder (server, engine, workers)."""
-    needle, found = str(folder).encode(), []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if needle in (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
 
 
 def run_server(models, install, folder: Path, extra_env: dict[str, str]) -> dict:
@@ -90,7 +76,7 @@ def run_server(models, install, folder: Path, extra_env: dict[str, str]) -> dict
         server.stop(grace_s=30)
     proc = server.proc
     return {"api_pid": proc.pid, "outputs": outs, "window": (w0, w1), "log": server.log_text(),
-            "leftover": pids_of_run(folder)}
+            "leftover": processes_using(folder)}
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ import pytest
 
 from bench.patching import apply_series, locate_vllm
 from bench.store import SweepStore
+from tests.conftest import processes_using
 
 pytestmark = pytest.mark.slow
 PROFILE = Path(__file__).resolve().parents[1] / "data" / "e2e-cpu.toml"
@@ -25,27 +26,13 @@ PROFILE = Path(__file__).resolve().parents[1] / "data" / "e2e-cpu.toml"
 def engine_core_pids(out_dir: Path) -> list[int]:
     """EngineCore processes of servers started by the sweep writing into out_dir."""
     pids = []
-    for pid in sweep_pids(out_dir):
+    for pid in processes_using(out_dir):
         try:
             if b"EngineCore" in Path(f"/proc/{pid}/cmdline").read_bytes() + Path(f"/proc/{pid}/comm").read_bytes():
                 pids.append(pid)
         except OSError:
             pass
     return pids
-
-
-def sweep_pids(out_dir: Path) -> list[int]:
-    """Every process whose environment points vLLM's IPC/caches into out_dir (servers, workers, engine cores)."""
-    needle = str(out_dir).encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if needle in (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
 
 
 def run_sweep_cli(out_dir: Path, *extra: str, on_line=None) -> tuple[int, list[str]]:
@@ -108,7 +95,7 @@ def test_crash_and_hang_are_failed_with_reasons(faulted_sweep):
     assert any("server failed on point" in p["detail"] for p in hung)
     for skipped in by_k[(2, "fp8")] + by_k[(3, "fp8")]:
         assert skipped["status"] == "skipped" and "fp8" in skipped["reason"]
-    assert not sweep_pids(out), "a process of the sweep survived it"
+    assert not processes_using(out), "a process of the sweep survived it"
 
 
 def test_resume_reruns_failed_points_to_completion(faulted_sweep):
@@ -143,7 +130,7 @@ def test_resume_reruns_failed_points_to_completion(faulted_sweep):
     fixes = {f["fix"]: f["state"] for f in manifest["environment"]["vllm"]["fixes"]}
     assert fixes == {"draft-overrides": "applied", "dcp-draft-seq-lens": "already upstream"}
     assert manifest["counts"] == {"points": 8, "runnable": 4, "skipped": 4, "servers": 2}
-    assert not sweep_pids(out)
+    assert not processes_using(out)
 
     # The report is built from the results alone; comparing the sweep with itself finds nothing.
     assert (out / "report" / "report.html").exists() and "4 ok, 0 failed, 4 skipped" in (
