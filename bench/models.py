@@ -87,6 +87,16 @@ class TinyModels:
     weights: str  # "dummy" or "zero-final-norm"
 
 
+def cache_folder(root: Path, flavor: str, weights: str) -> Path:
+    """Where the sweep keeps a tiny model: named by flavor, weights and a hash of both configs, so that a change
+    of the generator never reuses weights written for other shapes."""
+    import hashlib
+
+    f = FLAVORS[flavor]
+    digest = hashlib.sha256(json.dumps([target_config(f), draft_config(f)], sort_keys=True).encode()).hexdigest()
+    return Path(root) / f"tiny-{flavor}-{weights}-{digest[:8]}"
+
+
 def write_tiny_models(out: Path, flavor: str | None = None, weights: str = "dummy", seed: int = 0) -> TinyModels:
     """Write target/ and draft/ under `out`. Deterministic and idempotent (same inputs, same bytes)."""
     flavor = flavor or detect_flavor()

@@ -19,7 +19,7 @@ from bench.effective import mismatches, read_effective
 from bench.environment import collect_environment
 from bench.errors import BenchError
 from bench.loadgen import LoadAborted, make_prompts, run_load
-from bench.models import VOCAB_SIZE, write_tiny_models
+from bench.models import VOCAB_SIZE, cache_folder, write_tiny_models
 from bench.plan import EngineConfig, Plan, Point
 from bench.server import ENGINE_FATAL, Server, ServerFailed, ServerSpec, classify_log, free_port, server_argv, server_env
 from bench.store import SweepStore, atomic_write_json
@@ -58,7 +58,7 @@ class Progress:
 def resolve_models(engine: EngineConfig, flavor: str) -> tuple[str, str, str | None, int]:
     """(target path/id, draft path/id, load format, vocab size) for an engine config."""
     if engine.target == "tiny":
-        models = write_tiny_models(MODELS_CACHE / f"tiny-{flavor}-{engine.weights}", flavor, engine.weights)
+        models = write_tiny_models(cache_folder(MODELS_CACHE, flavor, engine.weights), flavor, engine.weights)
         return str(models.target), str(models.draft), "dummy" if engine.weights == "dummy" else None, VOCAB_SIZE
     config = Path(engine.target) / "config.json"
     vocab = json.loads(config.read_text()).get("vocab_size", 1000) if config.exists() else 1000
@@ -312,7 +312,7 @@ def describe_plan(plan: Plan, flavor: str) -> str:
 
 def _display_models(engine: EngineConfig, flavor: str):
     if engine.target == "tiny":
-        folder = MODELS_CACHE / f"tiny-{flavor}-{engine.weights}"
+        folder = cache_folder(MODELS_CACHE, flavor, engine.weights)
         return str(folder / "target"), str(folder / "draft"), "dummy" if engine.weights == "dummy" else None
     return engine.target, engine.draft, "dummy" if engine.weights == "dummy" else None
 

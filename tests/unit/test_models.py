@@ -1,0 +1,55 @@
+import hashlib
+import json
+
+import pytest
+
+from bench.models import FLAVORS, cache_folder, prompt_text, write_tiny_models
+
+
+def digest(folder):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("flavor", ["cpu", "gpu"])
+def test_configs_have_kimi_mla_dims_and_eagle3_fields(tmp_path, flavor):
+    m = write_tiny_models(tmp_path, flavor)
+    target = json.loads((m.target / "config.json").read_text())
+    draft = json.loads((m.draft / "config.json").read_text())
+    for c in (target, draft):
+        assert (c["kv_lora_rank"], c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]) == (512, 128, 64, 128)
+        assert c["kv_lora_rank"] + c["qk_rope_head_dim"] == 576  # CPU MLA needs it
+        assert c["rope_scaling"]["factor"] == 32.0
+    assert target["architectures"] == ["DeepseekV3ForCausalLM"] and target["topk_method"] == "noaux_tc"
+    assert draft["architectures"] == ["Eagle3DeepseekV3ForCausalLM"] and draft["model_type"] != "deepseek_v3"
+    assert draft["eagle_aux_hidden_state_layer_ids"] == [1, 2, 3] and draft["num_hidden_layers"] == 1
+    assert target["model_type"] == FLAVORS[flavor].target_model_type
+
+
+def test_deterministic_and_idempotent_with_zero_norm_weights(tmp_path):
+    a = write_tiny_models(tmp_path / "a", "cpu", "zero-final-norm", seed=0)
+    b = write_tiny_models(tmp_path / "b", "cpu", "zero-final-norm", seed=0)
+    assert digest(a.target) == digest(b.target) and digest(a.draft) == digest(b.draft)
+    before = digest(a.target)
+    write_tiny_models(tmp_path / "a", "cpu", "zero-final-norm", seed=0)
+    assert digest(a.target) == before
+
+    from safetensors.torch import load_file
+    target, draft = load_file(str(a.target / "model.safetensors")), load_file(str(a.draft / "model.safetensors"))
+    assert float(target["model.norm.weight"].abs().sum()) == 0.0 and float(draft["norm.weight"].abs().sum()) == 0.0
+    assert float(target["model.layers.0.input_layernorm.weight"].float().mean()) == 1.0
+    assert target["model.layers.1.mlp.experts.7.down_proj.weight"].shape == (256, 128)
+    assert draft["midlayer.self_attn.q_a_proj.weight"].shape == (128, 512)  # the draft layer sees [embeds, hidden]
+
+
+def test_tokenizer_gives_exact_prompt_lengths(tmp_path):
+    from tokenizers import Tokenizer
+
+    m = write_tiny_models(tmp_path, "cpu")
+    tok = Tokenizer.from_file(str(m.target / "tokenizer.json"))
+    ids = [5, 17, 2000, 3, 999]
+    assert tok.encode(prompt_text(ids)).ids == ids
+
+
+def test_cache_folder_changes_with_the_configs(tmp_path):
+    assert cache_folder(tmp_path, "cpu", "dummy") != cache_folder(tmp_path, "gpu", "dummy")
+    assert cache_folder(tmp_path, "cpu", "dummy") == cache_folder(tmp_path, "cpu", "dummy")
