@@ -140,33 +140,39 @@ def format_status(report: dict) -> str:
     return "\n".join(lines)
 
 
+def planned_machine(detected, hardware, platform: str | None, dry_run: bool):
+    """The machine a sweep plans for: this one when it runs; with --dry-run, the profile's [hardware] or
+    --platform may stand in for another."""
+    from bench.hardware import Machine
+
+    if platform and platform != detected.platform and not dry_run:
+        raise BenchError(f"--platform {platform}: this machine is {detected.platform}; only --dry-run can plan for "
+                         "another platform")
+    if not dry_run:
+        return detected
+    if hardware and platform in (None, hardware.platform):
+        return Machine(hardware.platform, hardware.gpus, hardware.arch, cpu="(planned)")
+    if platform and platform != detected.platform:
+        return Machine(platform, 1 if platform == "gpu" else 0, None, cpu="(planned)")
+    return detected
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     import datetime as dt
 
-    from bench.hardware import Machine, detect_machine
+    from bench.hardware import detect_machine
     from bench.plan import make_plan
     from bench.profile import load_profile, resolve_profile_path
     from bench.sweep import describe_plan, run_sweep
 
     detected = detect_machine()
-    path = resolve_profile_path(args.profile)
-    platform = args.platform or detected.platform
-    profile = load_profile(str(path), platform)
-    machine = detected
-    if profile.hardware and (args.dry_run or args.platform):
-        hw = profile.hardware
-        profile = load_profile(str(path), args.platform or hw.platform)
-        machine = Machine(hw.platform, hw.gpus, hw.arch, cpu="(planned)")
-    elif args.platform and args.platform != detected.platform:
-        if not args.dry_run:
-            raise BenchError(f"--platform {args.platform}: this machine is {detected.platform}; only --dry-run "
-                             "can plan for another platform")
-        machine = Machine(args.platform, 1 if args.platform == "gpu" else 0, None, cpu="(planned)")
-    elif profile.hardware and not args.dry_run:
-        hw = profile.hardware
-        if hw.platform != detected.platform or detected.gpus < hw.gpus:
-            raise BenchError(f"profile {profile.name} needs {hw.platform} x{hw.gpus}; this machine is "
-                             f"{detected.platform} x{detected.gpus} (use --dry-run to see the plan)")
+    path = str(resolve_profile_path(args.profile))
+    hw = load_profile(path, detected.platform).hardware
+    machine = planned_machine(detected, hw, args.platform, args.dry_run)
+    profile = load_profile(path, machine.platform)
+    if hw and not args.dry_run and (hw.platform != detected.platform or detected.gpus < hw.gpus):
+        raise BenchError(f"profile {profile.name} needs {hw.platform} x{hw.gpus}; this machine is "
+                         f"{detected.platform} x{detected.gpus} (use --dry-run to see the plan)")
     if args.repeat is not None:
         if args.repeat < 1:
             raise BenchError("--repeat must be >= 1")

@@ -10,7 +10,6 @@ _BACKEND_RE = re.compile(r"Using (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]+) (?
 _CUDAGRAPH_RE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)")
 _DCP_RE = re.compile(r"decode_context_parallel_size=(\d+)")
 _KV_RE = re.compile(r"kv_cache_dtype=(\w+)")
-_RUNNER_RE = re.compile(r"(Model Runner V2|V2 model runner|using the V1 model runner)", re.I)
 
 
 def read_effective(log_text: str, metric_samples) -> dict:

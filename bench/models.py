@@ -44,12 +44,6 @@ FLAVORS = {
 }
 
 
-def detect_flavor() -> str:
-    """gpu when an NVIDIA device node exists (no torch import: this runs before any engine)."""
-    return "gpu" if Path("/dev/nvidia0").exists() or os.environ.get("CUDA_VISIBLE_DEVICES", "").strip() not in (
-        "", "-1") and Path("/dev/nvidiactl").exists() else "cpu"
-
-
 def target_config(f: Flavor) -> dict:
     return {
         "architectures": ["DeepseekV3ForCausalLM"], "model_type": f.target_model_type,
@@ -99,7 +93,9 @@ def cache_folder(root: Path, flavor: str, weights: str) -> Path:
 
 def write_tiny_models(out: Path, flavor: str | None = None, weights: str = "dummy", seed: int = 0) -> TinyModels:
     """Write target/ and draft/ under `out`. Deterministic and idempotent (same inputs, same bytes)."""
-    flavor = flavor or detect_flavor()
+    if flavor is None:  # the same detection the sweep plans with
+        from bench.hardware import detect_machine
+        flavor = detect_machine().platform
     if flavor not in FLAVORS:
         raise BenchError(f"unknown model flavor {flavor!r}; choose from {', '.join(FLAVORS)}")
     if weights not in ("dummy", "zero-final-norm"):

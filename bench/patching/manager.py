@@ -13,7 +13,7 @@ from pathlib import Path
 from bench.errors import BenchError
 from bench.patching.locate import VllmInstall
 from bench.patching.probes import PROBES
-from bench.patching.series import PATCHES_DIR, Series, all_series, select_series, unsupported_message
+from bench.patching.series import Series, select_series, unsupported_message
 from bench.patching.unidiff import apply_file_diff
 
 STATE_FILE = ".bench-patch-state.json"  # inside the vllm/ folder: travels with the install it describes
@@ -245,5 +245,4 @@ def build_manifest_hashes(series_folder: Path, pristine_base: Path) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["apply_series", "revert_series", "patch_report", "fix_statuses", "build_manifest_hashes",
-           "PATCHES_DIR", "all_series"]
+__all__ = ["apply_series", "revert_series", "patch_report", "fix_statuses", "build_manifest_hashes"]

@@ -3,7 +3,6 @@ Python runs on the installed torch; the Triton kernel runs under TRITON_INTERPRE
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 

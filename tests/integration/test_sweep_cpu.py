@@ -3,12 +3,10 @@
 Four server starts in all."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 

@@ -1,14 +1,10 @@
 import subprocess
 import sys
 
-import pytest
-
-from bench.cli import main
-
 
 def test_help_lists_every_subcommand():
     out = subprocess.run([sys.executable, "-m", "bench", "--help"], capture_output=True, text=True, check=True).stdout
-    for name in ("patch", "sweep", "profile", "report", "compare", "models"):
+    for name in ("patch", "sweep", "profile", "report", "compare", "ab", "models"):
         assert name in out
 
 
@@ -20,3 +16,14 @@ def test_user_errors_are_one_line_without_traceback(tmp_path):
     debug = subprocess.run([sys.executable, "-m", "bench", "--debug", "patch", "status", "--vllm-root",
                             str(tmp_path / "x")], capture_output=True, text=True)
     assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_sweep_refuses_to_run_for_other_hardware_but_plans_for_it(capsys):
+    from bench.cli import main
+
+    assert main(["sweep", "kimi-k2.6-eagle3-tp8", "--platform", "gpu"]) == 1
+    assert "only --dry-run can plan for another platform" in capsys.readouterr().err
+    assert main(["sweep", "kimi-k2.6-eagle3-tp8"]) == 1
+    assert "needs gpu x8; this machine is cpu" in capsys.readouterr().err
+    assert main(["sweep", "kimi-k2.6-eagle3-tp8", "--dry-run"]) == 0
+    assert "counts: points 120, runnable 120, skipped 0, servers 24" in capsys.readouterr().out
