@@ -19,20 +19,25 @@ print((d / "entry_points.txt").read_text())
 PY
 python -m bench patch apply >/dev/null; python -m bench patch status > "$OUT/patch-status.txt"
 mode=${1:-capture}
+t0=$SECONDS
 if [ "$mode" = capture ]; then
-  for item in 69817124664f:190 5092e486a0dc:150; do  # FLASHMLA/auto, TRITON_MLA/auto at 8x128x128
-    p=${item%%:*}
-    timeout ${item##*:} python -m bench profile tiny-block64 --point $p --num-prompts 16 --nsys $nsys --out /tmp/prof/$p 2>&1 | tail -40
-  done
-  cd /tmp/prof && find . -name '*.nsys-rep' -o -name '*.sqlite' | xargs -r ls -la
-  tar czf "$OUT/profiles.tgz" --exclude='*.nsys-rep' --exclude='*.sqlite' --exclude='run' .
+  # capture POINT SECONDS: one point under nsys (server start under nsys is slower: FLASHMLA took >190 s before)
+  p=$2
+  timeout ${3:-300} python -m bench profile tiny-block64 --point $p --num-prompts 16 --nsys $nsys --out /tmp/prof/$p 2>&1 | tail -60
+  find /tmp -name '*.nsys-rep' -newer pyproject.toml 2>/dev/null | xargs -r ls -la
+  tar czf "$OUT/profile-$p.tgz" --exclude='*.nsys-rep' --exclude='*.sqlite' --exclude='run' -C /tmp/prof $p
 else
-  for round in 0 1; do
+  # onoff SECONDS: plugin on vs off, no profiler attached, alternating; a round starts only if it can finish
+  budget=${2:-540}
+  for round in 0 1 2; do
+    [ $((budget - (SECONDS - t0))) -lt 260 ] && break
     for side in on off; do
+      left=$((budget - (SECONDS - t0)))
       [ $side = on ] && export BENCH_NVTX=1 || unset BENCH_NVTX
-      timeout 200 python -m bench sweep tiny-block64-onoff --out /tmp/onoff/$side/round-$round --quiet
+      echo "round $round side $side (${left}s left)"
+      timeout $left python -m bench sweep tiny-block64-onoff --out /tmp/onoff/$side/round-$round --quiet 2>&1 | tail -5
     done
   done
-  python -m bench compare /tmp/onoff/off /tmp/onoff/on --no-gate | tee "$OUT/onoff.md"
+  python -m bench compare /tmp/onoff/off /tmp/onoff/on --no-gate --out "$OUT/onoff.md" | head -40
   tar czf "$OUT/onoff.tgz" --exclude='run' -C /tmp onoff
 fi
