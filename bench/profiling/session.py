@@ -79,6 +79,7 @@ class Capture:
                 reps = generated_reports(server_log) or sorted(base.parent.glob(base.name + "*.nsys-rep"))
                 if not reps:
                     raise BenchError(f"nsys wrote no report for {base} (see the server log)")
+                reps = collect_reports(reps, base)
                 out["reports"] = []
                 for rep in reps:
                     sqlite = rep.with_suffix(".sqlite")
@@ -108,6 +109,19 @@ def generated_reports(log_text: str) -> list[Path]:
                     break
                 found.append(Path(nxt.strip()))
     return [p for p in found if p.exists()]
+
+
+def collect_reports(reports: list[Path], base: Path) -> list[Path]:
+    """Move the reports nsys wrote next to the -o base (capture-<engine>.nsys-rep, or .1, .2... for several), so
+    the export, the analysis and the report itself stay in the capture folder and not in a server's temp folder."""
+    out = []
+    for i, rep in enumerate(reports, 1):
+        dest = base.parent / (f"{base.name}.nsys-rep" if len(reports) == 1 else f"{base.name}.{i}.nsys-rep")
+        if rep.resolve() != dest.resolve():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(rep), dest)
+        out.append(dest)
+    return out
 
 
 def _finalize_timing(timing_dir: Path, out_dir: Path) -> dict:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the H200 host after install-on-gpu-host.sh: nsys captures of one FLASHMLA and one TRITON_MLA EAGLE3 point
 # (tiny-block64 profile, 8x128x128) with the NVTX plugin on, analysed into $OUT; then, if asked, plugin on vs off
-# decode throughput (no profiler attached), alternating. Usage: issue4-profile.sh [capture|onoff]
+# decode throughput (no profiler attached), alternating.
+# Usage: issue4-profile.sh capture POINT:SECONDS... | onoff BUDGET_SECONDS
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 BENCH_GIT_SHA=${BENCH_GIT_SHA:-unknown}
 export BENCH_VLLM_CACHE=/tmp/vllm-cache
@@ -21,11 +22,14 @@ python -m bench patch apply >/dev/null; python -m bench patch status > "$OUT/pat
 mode=${1:-capture}
 t0=$SECONDS
 if [ "$mode" = capture ]; then
-  # capture POINT SECONDS: one point under nsys (server start under nsys is slower: FLASHMLA took >190 s before)
-  p=$2
-  timeout ${3:-300} python -m bench profile tiny-block64 --point $p --num-prompts 16 --nsys $nsys --out /tmp/prof/$p 2>&1 | tail -60
-  find /tmp -name '*.nsys-rep' -newer pyproject.toml 2>/dev/null | xargs -r ls -la
-  tar czf "$OUT/profile-$p.tgz" --exclude='*.nsys-rep' --exclude='*.sqlite' --exclude='run' -C /tmp/prof $p
+  # capture POINT:SECONDS...: each point under nsys (server start under nsys is slower than without)
+  shift
+  for item in "$@"; do
+    p=${item%%:*}
+    timeout ${item##*:} python -m bench profile tiny-block64 --point $p --num-prompts 16 --nsys $nsys --out /tmp/prof/$p 2>&1 | tail -8
+  done
+  find /tmp/prof -name '*.nsys-rep' | xargs -r ls -la
+  tar czf "$OUT/profiles.tgz" --exclude='*.nsys-rep' --exclude='*.sqlite' --exclude='run' -C /tmp prof
 else
   # onoff SECONDS: plugin on vs off, no profiler attached, alternating; a round starts only if it can finish
   budget=${2:-540}

@@ -1,4 +1,4 @@
-from bench.profiling.session import Capture, generated_reports
+from bench.profiling.session import Capture, collect_reports, generated_reports
 
 
 def test_generated_reports_are_read_from_the_server_log(tmp_path):
@@ -19,3 +19,19 @@ def test_nsys_wrapping_and_timing_env(tmp_path):
     assert cap.env("e1") == {"BENCH_NVTX": "1", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
     timing = Capture(tmp_path)
     assert timing.wrap(["a"], "e1") == ["a"] and timing.env("e1")["BENCH_TIMING"] == "1"
+
+
+def test_reports_written_to_a_temp_folder_are_moved_into_the_capture_folder(tmp_path):
+    tmp = tmp_path / "run" / "tmp"
+    tmp.mkdir(parents=True)
+    first, second = tmp / "nsys-report-94c2.nsys-rep", tmp / "nsys-report-a532.nsys-rep"
+    first.write_bytes(b"1")
+    second.write_bytes(b"2")
+    base = tmp_path / "profile" / "capture-e1"
+    assert collect_reports([first], base) == [base.parent / "capture-e1.nsys-rep"]
+    assert (base.parent / "capture-e1.nsys-rep").read_bytes() == b"1" and not first.exists()
+    # Already in place: left alone. Several: numbered in the order nsys generated them.
+    assert collect_reports([base.parent / "capture-e1.nsys-rep"], base) == [base.parent / "capture-e1.nsys-rep"]
+    moved = collect_reports([base.parent / "capture-e1.nsys-rep", second], base)
+    assert [p.name for p in moved] == ["capture-e1.1.nsys-rep", "capture-e1.2.nsys-rep"]
+    assert [p.read_bytes() for p in moved] == [b"1", b"2"]
