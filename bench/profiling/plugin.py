@@ -194,6 +194,7 @@ class Profiler:
     line: str = ""
     wrapped: dict = field(default_factory=dict)     # (module, qualname) -> range name
     originals: list = field(default_factory=list)   # (owner, attr, raw) to restore
+    installed: list = field(default_factory=list)   # what was set, parallel to originals (set_enabled)
     waiting: dict = field(default_factory=dict)     # module name -> [rows] to wrap on import
     deferred: dict = field(default_factory=dict)    # module name -> [rows], module half-imported at register
     missing: list = field(default_factory=list)     # rows reported missing
@@ -228,6 +229,7 @@ class Profiler:
             elif isinstance(raw, classmethod):
                 wrapper = classmethod(wrapper)
             self.originals.append((owner, attr, owner.__dict__.get(attr, _ABSENT)))
+            self.installed.append(wrapper)
             setattr(owner, attr, wrapper)
             self.wrapped[(row.module, qualname)] = row.range
             return
@@ -258,6 +260,20 @@ class Profiler:
             if not self.waiting and not self.deferred and self.finder in sys.meta_path:
                 sys.meta_path.remove(self.finder)
 
+    def set_enabled(self, on: bool) -> None:
+        """Swap every wrapped attribute back to the original (off) or to its wrapper (on), in place: for
+        measuring the wrappers' cost inside one engine (benchmarks/plugin_overhead.py). Call it between steps,
+        never while the engine runs one; vLLM never calls it."""
+        with self.lock:
+            for (owner, attr, raw), wrapper in zip(self.originals, self.installed):
+                if on:
+                    setattr(owner, attr, wrapper)
+                elif raw is _ABSENT:
+                    if attr in owner.__dict__:
+                        delattr(owner, attr)
+                else:
+                    setattr(owner, attr, raw)
+
     def restore(self) -> None:
         """Undo every wrap (tests; vLLM never calls it)."""
         for owner, attr, raw in reversed(self.originals):
@@ -266,6 +282,7 @@ class Profiler:
             else:
                 setattr(owner, attr, raw)
         self.originals.clear()
+        self.installed.clear()
         self.wrapped.clear()
         if self.finder is not None and self.finder in sys.meta_path:
             sys.meta_path.remove(self.finder)

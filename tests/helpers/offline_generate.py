@@ -11,7 +11,10 @@ def main(target: str, draft: str, overrides: str) -> dict:
 
     spec = {"method": "eagle3", "model": draft, "num_speculative_tokens": 3, **json.loads(overrides)}
     try:
+        # The target pinned to CPU_MLA too: an AMX host would autoselect AMX_MLA, whose block size a CPU_MLA
+        # draft cannot share.
         llm = LLM(model=target, load_format="dummy", speculative_config=spec, enforce_eager=True,
+                  attention_backend="CPU_MLA",
                   max_model_len=512, max_num_seqs=4, kv_cache_memory_bytes=256 * 2**20,
                   disable_log_stats=False, seed=0)
     except Exception as exc:

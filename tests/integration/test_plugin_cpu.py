@@ -52,7 +52,7 @@ def run_server(models, install, folder: Path, extra_env: dict[str, str]) -> dict
     spec = {"method": "eagle3", "model": str(models.draft), "num_speculative_tokens": K,
             "draft_attention_backend": "CPU_MLA", "draft_kv_cache_dtype": "auto"}
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(models.target),
-            "--served-model-name", "tiny", "--port", str(port), "--enforce-eager", "--max-model-len", "512",
+            "--served-model-name", "tiny", "--port", str(port), "--attention-backend", "CPU_MLA", "--enforce-eager", "--max-model-len", "512",
             "--kv-cache-memory-bytes", "268435456", "--speculative-config", json.dumps(spec)]
     log_path = folder / "server.log"
     # The draft_* speculative-config keys come from the suite's patch; apply it right before each start

@@ -253,6 +253,24 @@ def test_wraps_already_imported_modules_at_once(fake_pkg, tmp_path):
     assert list(timing.load_timing_dir(tmp_path)["name"]) == ["bench.t.build"]
 
 
+def test_set_enabled_swaps_wrappers_out_and_back_in_place(fake_pkg, tmp_path):
+    runner = importlib.import_module(f"{fake_pkg}.runner")
+    prof = plugin.activate(nvtx=False, timing=True, timing_dir=tmp_path, version="0.32.0", rows=rows_for(fake_pkg))
+    obj = runner.Sub()
+    prof.set_enabled(False)
+    # Off: Sub's inherited method is inherited again (no attribute of its own), the others are the originals.
+    assert "build" not in runner.Sub.__dict__ and not hasattr(runner.Base.stat, plugin.MARK)
+    assert obj.build(2) == 4 and runner.Sub.stat(1) == 2 and runner.Sub.klass(1) == ("Sub", 1)
+    prof.set_enabled(True)
+    assert getattr(runner.Sub.__dict__["build"], plugin.MARK) == "bench.t.build"
+    assert obj.build(3) == 6
+    prof.set_enabled(True)  # idempotent
+    prof.recorder.close()
+    assert list(timing.load_timing_dir(tmp_path)["name"]) == ["bench.t.build"]  # only the call made while on
+    plugin.deactivate()
+    assert "build" not in runner.Sub.__dict__ and obj.build(1) == 2
+
+
 def test_module_half_imported_at_register_is_wrapped_when_done(fake_pkg, tmp_path):
     runner = importlib.import_module(f"{fake_pkg}.runner")
     runner.__spec__._initializing = True  # what importlib sets while the module's code runs
