@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--rerun-failed", action="store_true", help="with --resume: run failed points again")
     sweep.add_argument("--platform", choices=["cpu", "gpu"], help="plan for this platform (default: the "
                        "profile's [hardware], else this machine)")
+    sweep.add_argument("--points", help="only these points: ids or id prefixes, comma-separated (see --dry-run)")
     sweep.add_argument("--quiet", action="store_true", help="no progress lines")
     sweep.add_argument("--repeat", type=int, help="trials per point (default: the profile's run.repeat)")
     sweep.add_argument("--profile-points", action="store_true", help="attach a capture to every point run "
@@ -178,6 +179,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             raise BenchError("--repeat must be >= 1")
         profile = profile.model_copy(update={"run": profile.run.model_copy(update={"repeat": args.repeat})})
     plan = make_plan(profile, machine)
+    if args.points:
+        plan = plan.select([p.strip() for p in args.points.split(",") if p.strip()])
     flavor = profile.model.flavor if profile.model.flavor != "auto" else machine.platform
     if args.dry_run:
         print(describe_plan(plan, flavor))
@@ -233,10 +236,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
     machine = detect_machine()
     profile = load_profile(args.target, machine.platform)
     plan = make_plan(profile, machine)
-    chosen = [p for p in plan.runnable if args.point is None or p.id.startswith(args.point)][:1]
+    if args.point:
+        plan = plan.select([args.point])
+    chosen = plan.runnable[:1]
     if not chosen:
-        known = ", ".join(p.id for p in plan.runnable) or "none runnable here"
-        raise BenchError(f"no runnable point {args.point!r} in {profile.name}; points: {known}")
+        reasons = "; ".join(f"{p.id}: {p.skip_reason}" for p in plan.skipped) or "no points"
+        raise BenchError(f"nothing to profile in {profile.name} on this machine ({reasons})")
     point = chosen[0]
     if args.num_prompts:
         import dataclasses

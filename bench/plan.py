@@ -7,6 +7,7 @@ import itertools
 import json
 from dataclasses import dataclass, field
 
+from bench.errors import BenchError
 from bench.hardware import Machine
 from bench.profile import Profile, Shape
 
@@ -110,6 +111,21 @@ class Plan:
     @property
     def runnable(self) -> list[Point]:
         return [p for _, pts in self.groups for p in pts]
+
+    def select(self, prefixes: list[str]) -> "Plan":
+        """Only the points whose id starts with one of `prefixes` (runnable and skipped); each prefix must
+        match at least one point."""
+        everything = self.runnable + self.skipped
+        for prefix in prefixes:
+            if not any(p.id.startswith(prefix) for p in everything):
+                known = ", ".join(f"{p.id} ({p.engine.label()} {p.shape.label})" for p in everything)
+                raise BenchError(f"no point {prefix!r} in {self.profile.name}; points: {known}")
+        def keep(point: Point) -> bool:
+            return any(point.id.startswith(prefix) for prefix in prefixes)
+
+        groups = [(engine, [p for p in pts if keep(p)]) for engine, pts in self.groups]
+        return Plan(self.profile, self.machine, [(e, pts) for e, pts in groups if pts],
+                    [p for p in self.skipped if keep(p)])
 
     def counts(self) -> dict:
         return {"points": len(self.runnable) + len(self.skipped), "runnable": len(self.runnable),

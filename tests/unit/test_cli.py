@@ -27,3 +27,18 @@ def test_sweep_refuses_to_run_for_other_hardware_but_plans_for_it(capsys):
     assert "needs gpu x8; this machine is cpu" in capsys.readouterr().err
     assert main(["sweep", "kimi-k2.6-eagle3-tp8", "--dry-run"]) == 0
     assert "counts: points 120, runnable 120, skipped 0, servers 24" in capsys.readouterr().out
+
+
+def test_sweep_points_selects_by_id_prefix(capsys):
+    from bench.cli import main
+
+    assert main(["sweep", "tiny-dcp", "--dry-run"]) == 0
+    full = capsys.readouterr().out
+    ids = [line.split()[1] for line in full.splitlines() if line.strip().startswith("point ")]
+    assert len(ids) == 16
+    assert main(["sweep", "tiny-dcp", "--dry-run", "--points", f"{ids[0][:5]}, {ids[5]}"]) == 0
+    out = capsys.readouterr().out
+    assert "counts: points 2, runnable 2, skipped 0" in out and ids[0] in out and ids[5] in out
+    assert sum(line.strip().startswith("point ") for line in out.splitlines()) == 2
+    assert main(["sweep", "tiny-dcp", "--dry-run", "--points", "nope"]) == 1
+    assert "no point 'nope' in tiny-dcp" in capsys.readouterr().err

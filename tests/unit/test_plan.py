@@ -1,3 +1,6 @@
+import pytest
+
+from bench.errors import BenchError
 from bench.hardware import Machine
 from bench.plan import make_plan
 from bench.profile import load_profile, parse_profile
@@ -58,3 +61,21 @@ def test_synthetic_rates_fill_to_k():
     spec = engine.speculative_config("/d")
     assert spec["synthetic_acceptance_rates"] == [0.65, 0.40, 0.25, 0.25, 0.25]
     assert spec["rejection_sample_method"] == "synthetic" and spec["num_speculative_tokens"] == 5
+
+
+def test_dcp_profile_needs_two_gpus_and_select_keeps_only_the_asked_points():
+    two = make_plan(load_profile("tiny-dcp", "gpu"), Machine("gpu", 2, "sm90"))
+    assert two.counts() == {"points": 16, "runnable": 16, "skipped": 0, "servers": 8}
+    assert {p.engine.dcp_size for p in two.runnable} == {1, 2}
+    one = make_plan(load_profile("tiny-dcp", "gpu"), Machine("gpu", 1, "sm90"))
+    assert one.counts()["runnable"] == 0 and {p.skip_reason for p in one.skipped} == {
+        "needs 2 GPUs, the machine has 1"}
+    target = next(p for p in two.runnable if p.engine.dcp_size == 2 and p.engine.draft_attention_backend ==
+                  "TRITON_MLA" and p.engine.draft_kv_cache_dtype == "auto" and p.shape.concurrency == 8)
+    picked = two.select([target.id[:6]])
+    assert [p.id for p in picked.runnable] == [target.id] and picked.counts()["servers"] == 1
+    both = two.select([target.id, two.runnable[-1].id])
+    assert len(both.runnable) == 2 and len(two.runnable) == 16  # the original plan is left as it was
+    assert [p.id for p in one.select([target.id]).skipped] == [target.id]
+    with pytest.raises(BenchError, match="no point 'zzz' in tiny-dcp; points: .*TRITON_MLA/auto dcp2"):
+        two.select(["zzz"])
