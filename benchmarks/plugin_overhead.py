@@ -13,6 +13,7 @@ Prints one JSON document: every run, the per-round on/off ratios, their median a
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -34,36 +35,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
 
-    work = Path(tempfile.mkdtemp(prefix="bench-plugin-overhead-"))
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process, with the wrappers
-    os.environ.setdefault("VLLM_CACHE_ROOT", os.environ.get("BENCH_VLLM_CACHE") or str(work / "vllm-cache"))
-    os.environ.setdefault("VLLM_RPC_BASE_PATH", str(work))
-    if args.mode == "nvtx":
-        os.environ["BENCH_NVTX"] = "1"
-    else:
-        os.environ.update(BENCH_TIMING="1", BENCH_TIMING_DIR=str(work / "timing"))
-
     from bench.hardware import detect_machine
+    from bench.loadgen import make_prompts
     from bench.plan import make_plan
     from bench.profile import load_profile
     from bench.profiling import plugin
+    from bench.server import server_env
     from bench.sweep import resolve_models
+
+    # vLLM's caches, temp files and sockets as a sweep's server has them; the engine core in this process.
+    work = Path(tempfile.mkdtemp(prefix="bench-plugin-overhead-"))
+    cache = os.environ.get("BENCH_VLLM_CACHE")
+    os.environ.update(server_env(work, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}, Path(cache) if cache else None))
 
     machine = detect_machine()
     profile = load_profile(args.profile, machine.platform)
     plan = make_plan(profile, machine)
-    points = [p for p in plan.runnable if args.point is None or p.id.startswith(args.point)]
-    if not points:
-        sys.exit(f"no runnable point {args.point!r} in {profile.name}")
-    point = points[0]
+    if args.point:
+        plan = plan.select([args.point])
+    if not plan.runnable:
+        sys.exit(f"no runnable point in {profile.name} here: " + "; ".join(f"{p.id}: {p.skip_reason}"
+                                                                        for p in plan.skipped))
+    point = plan.runnable[0]
     engine = point.engine
     if engine.tensor_parallel_size > 1 or engine.dcp_size > 1:
         sys.exit("one process, one device: the point must have TP 1 and DCP 1")
     flavor = profile.model.flavor if profile.model.flavor != "auto" else machine.platform
     target, draft, load_format, vocab = resolve_models(engine, flavor)
 
-    prof = plugin.activate(nvtx=args.mode == "nvtx", timing=args.mode == "timing",
-                           timing_dir=os.environ.get("BENCH_TIMING_DIR"))
+    prof = plugin.activate(nvtx=args.mode == "nvtx", timing=args.mode == "timing", timing_dir=work / "timing")
     from vllm import LLM, SamplingParams
 
     server = dict(engine.server)
@@ -75,12 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("the plugin wrapped nothing in this vLLM: nothing to measure")
     n = args.prompts or point.num_prompts
     params = SamplingParams(max_tokens=point.shape.output_len, ignore_eos=True, temperature=0.0)
-    rng = random.Random(0)
+    seeds = itertools.count()  # fresh prompts for every run
 
     def run(on: bool) -> dict:
         prof.set_enabled(on)
-        prompts = [{"prompt_token_ids": [rng.randrange(10, vocab) for _ in range(point.shape.input_len)]}
-                   for _ in range(n)]
+        prompts = [{"prompt_token_ids": ids} for ids in make_prompts(n, point.shape.input_len, vocab, next(seeds))]
         t0 = time.perf_counter()
         outs = llm.generate(prompts, params, use_tqdm=False)
         wall = time.perf_counter() - t0
