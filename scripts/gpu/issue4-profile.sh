@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On the H200 host after install-on-gpu-host.sh: nsys captures of one FLASHMLA and one TRITON_MLA EAGLE3 point
-# (tiny-block64 profile, 8x128x128) with the NVTX plugin on, analysed into $OUT; then, if asked, plugin on vs off
-# decode throughput (no profiler attached), alternating.
-# Usage: issue4-profile.sh capture POINT:SECONDS... | onoff BUDGET_SECONDS
+# (tiny-block64 profile, 8x128x128) with the NVTX plugin on, analysed into $OUT. The plugin's cost without a
+# profiler: scripts/gpu/issue4-overhead.sh.
+# Usage: issue4-profile.sh capture POINT:SECONDS...
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 BENCH_GIT_SHA=${BENCH_GIT_SHA:-unknown}
 export BENCH_VLLM_CACHE=/tmp/vllm-cache
@@ -19,29 +19,12 @@ d = pathlib.Path("/tmp/site/bench-0.1.0.dist-info"); d.mkdir(exist_ok=True)
 print((d / "entry_points.txt").read_text())
 PY
 python -m bench patch apply >/dev/null; python -m bench patch status > "$OUT/patch-status.txt"
-mode=${1:-capture}
-t0=$SECONDS
-if [ "$mode" = capture ]; then
-  # capture POINT:SECONDS...: each point under nsys (server start under nsys is slower than without)
-  shift
-  for item in "$@"; do
-    p=${item%%:*}
-    timeout ${item##*:} python -m bench profile tiny-block64 --point $p --num-prompts 16 --nsys $nsys --out /tmp/prof/$p 2>&1 | tail -8
-  done
-  find /tmp/prof -name '*.nsys-rep' | xargs -r ls -la
-  tar czf "$OUT/profiles.tgz" --exclude='*.nsys-rep' --exclude='*.sqlite' --exclude='run' -C /tmp prof
-else
-  # onoff SECONDS: plugin on vs off, no profiler attached, alternating; a round starts only if it can finish
-  budget=${2:-540}
-  for round in 0 1 2; do
-    [ $((budget - (SECONDS - t0))) -lt 260 ] && break
-    for side in on off; do
-      left=$((budget - (SECONDS - t0)))
-      [ $side = on ] && export BENCH_NVTX=1 || unset BENCH_NVTX
-      echo "round $round side $side (${left}s left)"
-      timeout $left python -m bench sweep tiny-block64-onoff --out /tmp/onoff/$side/round-$round --quiet 2>&1 | tail -5
-    done
-  done
-  python -m bench compare /tmp/onoff/off /tmp/onoff/on --no-gate --out "$OUT/onoff.md" | head -40
-  tar czf "$OUT/onoff.tgz" --exclude='run' -C /tmp onoff
-fi
+[ "${1:-}" = capture ] || { echo "usage: $0 capture POINT:SECONDS..." >&2; exit 2; }
+shift
+# each point under nsys (server start under nsys is slower than without)
+for item in "$@"; do
+  p=${item%%:*}
+  timeout ${item##*:} python -m bench profile tiny-block64 --point $p --num-prompts 16 --nsys $nsys --out /tmp/prof/$p 2>&1 | tail -8
+done
+find /tmp/prof -name '*.nsys-rep' | xargs -r ls -la
+tar czf "$OUT/profiles.tgz" --exclude='*.nsys-rep' --exclude='*.sqlite' --exclude='run' -C /tmp prof
