@@ -193,8 +193,7 @@ class Profiler:
     version: str = "unknown"
     line: str = ""
     wrapped: dict = field(default_factory=dict)     # (module, qualname) -> range name
-    originals: list = field(default_factory=list)   # (owner, attr, raw) to restore
-    installed: list = field(default_factory=list)   # what was set, parallel to originals (set_enabled)
+    originals: list = field(default_factory=list)   # (owner, attr, raw as it was, wrapper set) to restore / swap
     waiting: dict = field(default_factory=dict)     # module name -> [rows] to wrap on import
     deferred: dict = field(default_factory=dict)    # module name -> [rows], module half-imported at register
     missing: list = field(default_factory=list)     # rows reported missing
@@ -228,8 +227,7 @@ class Profiler:
                 wrapper = staticmethod(wrapper)
             elif isinstance(raw, classmethod):
                 wrapper = classmethod(wrapper)
-            self.originals.append((owner, attr, owner.__dict__.get(attr, _ABSENT)))
-            self.installed.append(wrapper)
+            self.originals.append((owner, attr, owner.__dict__.get(attr, _ABSENT), wrapper))
             setattr(owner, attr, wrapper)
             self.wrapped[(row.module, qualname)] = row.range
             return
@@ -265,7 +263,7 @@ class Profiler:
         measuring the wrappers' cost inside one engine (benchmarks/plugin_overhead.py). Call it between steps,
         never while the engine runs one; vLLM never calls it."""
         with self.lock:
-            for (owner, attr, raw), wrapper in zip(self.originals, self.installed):
+            for owner, attr, raw, wrapper in self.originals:
                 if on:
                     setattr(owner, attr, wrapper)
                 elif raw is _ABSENT:
@@ -276,13 +274,8 @@ class Profiler:
 
     def restore(self) -> None:
         """Undo every wrap (tests; vLLM never calls it)."""
-        for owner, attr, raw in reversed(self.originals):
-            if raw is _ABSENT:
-                delattr(owner, attr)
-            else:
-                setattr(owner, attr, raw)
+        self.set_enabled(False)
         self.originals.clear()
-        self.installed.clear()
         self.wrapped.clear()
         if self.finder is not None and self.finder in sys.meta_path:
             sys.meta_path.remove(self.finder)

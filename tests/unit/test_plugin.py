@@ -267,7 +267,8 @@ def test_set_enabled_swaps_wrappers_out_and_back_in_place(fake_pkg, tmp_path):
     prof.set_enabled(True)  # idempotent
     prof.recorder.close()
     assert list(timing.load_timing_dir(tmp_path)["name"]) == ["bench.t.build"]  # only the call made while on
-    plugin.deactivate()
+    prof.set_enabled(False)
+    plugin.deactivate()  # undoing after an "off" must not trip over the attributes already removed
     assert "build" not in runner.Sub.__dict__ and obj.build(1) == 2
 
 
