@@ -134,7 +134,7 @@ class Run(Strict):
 
 
 class Profile(Strict):
-    name: str
+    name: str = Field(pattern=r"\S")  # names results folders and reports: not empty, not only blanks
     description: str = ""
     model: ModelSpec = ModelSpec()
     server: dict[str, Any] = {}

@@ -1,5 +1,5 @@
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bench.errors import BenchError
@@ -36,6 +36,7 @@ def test_tiny_picks_platform_axes():
     ({"name": "x", "when": {"gpu": {"axes": {"shapes": []}}}}, "(with [when.gpu])"),
     ({"name": "x", "model": {"target": "tiny", "draft": "org/real"}}, "both be 'tiny' or both be real"),
     ({}, "name: Field required"),
+    ({"name": " "}, "name: String should match pattern"),
 ])
 def test_bad_profiles_name_file_key_and_allowed_values(data, message):
     with pytest.raises(BenchError) as err:
@@ -62,6 +63,7 @@ sections = st.sampled_from(["name", "model", "server", "speculative", "axes", "a
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(sections, toml_values, max_size=6), st.sampled_from(["cpu", "gpu"]))
+@example({"name": ""}, "cpu")  # found by CI's fuzzing: an empty name used to load
 def test_fuzzed_profiles_either_load_or_raise_bench_error(data, platform):
     try:
         profile = parse_profile(data, platform, "fuzz.toml")
