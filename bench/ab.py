@@ -1,6 +1,7 @@
 """`bench ab`: the same profile against two vLLM environments, interleaved (A B, B A, A B, ...) so that drift
 hits both sides alike, into one comparison. An environment is a Python interpreter (or venv) with the suite
 importable, optionally with the patch state to set before each of its runs."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -51,12 +52,23 @@ def run_ab(profile: str, a: Env, b: Env, *, rounds: int, out: Path | None, repea
     for r in range(rounds):
         order = [("baseline", a), ("candidate", b)] if r % 2 == 0 else [("candidate", b), ("baseline", a)]
         for side, env in order:
-            if env.patch:
-                if _run(env, ["patch", "apply" if env.patch == "patched" else "revert"]) != 0:
-                    raise BenchError(f"could not set {env.label()} before round {r}")
+            if env.patch and _run(env, ["patch", "apply" if env.patch == "patched" else "revert"]) != 0:
+                raise BenchError(f"could not set {env.label()} before round {r}")
             print(f"round {r + 1}/{rounds}: {side} ({env.label()})", file=sys.stderr, flush=True)
-            rc = _run(env, ["sweep", profile, "--out", str(out / side / f"round-{r}"), "--quiet",
-                            "--repeat", str(repeat), "--draft-keys", env.draft_keys])
+            rc = _run(
+                env,
+                [
+                    "sweep",
+                    profile,
+                    "--out",
+                    str(out / side / f"round-{r}"),
+                    "--quiet",
+                    "--repeat",
+                    str(repeat),
+                    "--draft-keys",
+                    env.draft_keys,
+                ],
+            )
             if rc not in (0, 3):
                 raise BenchError(f"{side} round {r} failed (exit {rc})")
     from bench.compare import compare_dirs, compare_markdown, regressions

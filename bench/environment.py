@@ -1,4 +1,5 @@
 """Provenance every result embeds: vLLM version, path and patch state, machine, Python, the suite's git sha."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -17,12 +18,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 def suite_git() -> dict:
     """The suite's commit; BENCH_GIT_SHA names it where the suite runs from a copy without .git (GPU hosts)."""
+
     def git(*args):
         try:
             proc = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.SubprocessError):
             return None
         return proc.stdout.strip() if proc.returncode == 0 else None
+
     sha = git("rev-parse", "HEAD")
     if sha is None:
         return {"sha": os.environ.get("BENCH_GIT_SHA"), "dirty": None}
@@ -31,6 +34,7 @@ def suite_git() -> dict:
 
 def vllm_provenance() -> dict:
     from bench.patching import locate_vllm, patch_report
+
     try:
         return patch_report(locate_vllm())
     except BenchError as exc:
@@ -38,7 +42,13 @@ def vllm_provenance() -> dict:
 
 
 def collect_environment(machine: Machine) -> dict:
-    return {"time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "bench_version": __version__, "suite_git": suite_git(), "python": sys.version.split()[0],
-            "python_executable": sys.executable, "platform": platform.platform(), "machine": machine.to_dict(),
-            "vllm": vllm_provenance()}
+    return {
+        "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "bench_version": __version__,
+        "suite_git": suite_git(),
+        "python": sys.version.split()[0],
+        "python_executable": sys.executable,
+        "platform": platform.platform(),
+        "machine": machine.to_dict(),
+        "vllm": vllm_provenance(),
+    }

@@ -5,4 +5,3 @@ class BenchError(Exception):
     """A problem the user can fix; the message is shown as one line, without a traceback."""
 
     exit_code = 1
-

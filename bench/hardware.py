@@ -1,4 +1,5 @@
 """What the machine is: platform (cpu/gpu), GPU count, name, arch and driver, CPU model. No torch import."""
+
 from __future__ import annotations
 
 import os
@@ -29,23 +30,36 @@ def detect_machine() -> Machine:
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            out = subprocess.run([smi, "--query-gpu=name,compute_cap,driver_version,memory.total",
-                                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
+            out = subprocess.run(
+                [smi, "--query-gpu=name,compute_cap,driver_version,memory.total", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
             rows = [r.split(", ") for r in out.stdout.strip().splitlines() if r.strip()]
         except (OSError, subprocess.SubprocessError):
             rows = []
         if rows:
             name, cap, driver, mem = rows[0][:4]
-            return Machine("gpu", len(rows), "sm" + cap.replace(".", ""), name, round(float(mem) / 1024, 1),
-                           driver, cpu, os.cpu_count() or 0)
+            return Machine(
+                "gpu",
+                len(rows),
+                "sm" + cap.replace(".", ""),
+                name,
+                round(float(mem) / 1024, 1),
+                driver,
+                cpu,
+                os.cpu_count() or 0,
+            )
     return Machine("cpu", cpu=cpu, cpu_count=os.cpu_count() or 0)
 
 
 def _cpu_model() -> str:
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return _platform.processor()

@@ -4,14 +4,15 @@ Exact prompt lengths (token ids, verified against the server's usage count), see
 excluded, and raw per-request records: send time, every chunk's arrival time and token count (from continuous
 usage stats, so a chunk carrying several speculative tokens counts as several), end time, status, error.
 """
+
 from __future__ import annotations
 
 import asyncio
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 import aiohttp
 
@@ -55,11 +56,24 @@ class _Progress:
         self.last = time.perf_counter()
 
 
-async def _one(session: aiohttp.ClientSession, url: str, model: str, rec: RequestRecord, prompt: list[int],
-               progress: _Progress, timeout_s: float) -> None:
-    body = {"model": model, "prompt": prompt, "max_tokens": rec.max_tokens, "temperature": 0.0,
-            "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+async def _one(
+    session: aiohttp.ClientSession,
+    url: str,
+    model: str,
+    rec: RequestRecord,
+    prompt: list[int],
+    progress: _Progress,
+    timeout_s: float,
+) -> None:
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": rec.max_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
     completed = 0
     rec.send_time = time.perf_counter()
     try:
@@ -95,22 +109,32 @@ async def _one(session: aiohttp.ClientSession, url: str, model: str, rec: Reques
         rec.status = "ok"
         if rec.prompt_tokens is not None and rec.prompt_tokens != rec.prompt_len:
             rec.status, rec.error = "error", f"server counted {rec.prompt_tokens} prompt tokens, sent {rec.prompt_len}"
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+    except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
         rec.end_time = time.perf_counter()
         rec.status, rec.error = "error", f"{type(exc).__name__}: {exc}"[:300]
     finally:
         progress.tick()
 
 
-async def _run_phase(base_url: str, model: str, prompts: list[list[int]], phase: str, max_tokens: int,
-                     concurrency: int, first_index: int, progress: _Progress, timeout_s: float,
-                     records: list[RequestRecord]) -> None:
+async def _run_phase(
+    base_url: str,
+    model: str,
+    prompts: list[list[int]],
+    phase: str,
+    max_tokens: int,
+    concurrency: int,
+    first_index: int,
+    progress: _Progress,
+    timeout_s: float,
+    records: list[RequestRecord],
+) -> None:
     queue: asyncio.Queue = asyncio.Queue()
     for i, prompt in enumerate(prompts):
         queue.put_nowait((first_index + i, prompt))
     url = base_url + "/v1/completions"
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
+
         async def worker():
             while not queue.empty():
                 index, prompt = queue.get_nowait()
@@ -129,18 +153,21 @@ async def _watch(progress: _Progress, stall_s: float, is_alive: Callable[[], Non
             raise LoadAborted("hang", f"no streamed token for {stall_s:.0f} s")
 
 
-async def _drive(base_url, model, warmup, measure, max_tokens, concurrency, stall_s, timeout_s, check_alive,
-                 records, on_phase):
+async def _drive(
+    base_url, model, warmup, measure, max_tokens, concurrency, stall_s, timeout_s, check_alive, records, on_phase
+):
     progress, done = _Progress(), asyncio.Event()
 
     async def phases():
         try:
             if warmup:
-                await _run_phase(base_url, model, warmup, "warmup", max_tokens, concurrency, 0, progress,
-                                 timeout_s, records)
+                await _run_phase(
+                    base_url, model, warmup, "warmup", max_tokens, concurrency, 0, progress, timeout_s, records
+                )
             await on_phase("measure")
-            await _run_phase(base_url, model, measure, "measure", max_tokens, concurrency, len(warmup), progress,
-                             timeout_s, records)
+            await _run_phase(
+                base_url, model, measure, "measure", max_tokens, concurrency, len(warmup), progress, timeout_s, records
+            )
         finally:
             done.set()
 
@@ -156,10 +183,20 @@ async def _drive(base_url, model, warmup, measure, max_tokens, concurrency, stal
     main.result()
 
 
-def run_load(base_url: str, model: str, *, prompts: list[list[int]], warmup_count: int, max_tokens: int,
-             concurrency: int, stall_s: float, timeout_s: float, check_alive: Callable[[], None],
-             on_measure_start: Callable[[], None] = lambda: None,
-             records: list[RequestRecord] | None = None) -> list[RequestRecord]:
+def run_load(
+    base_url: str,
+    model: str,
+    *,
+    prompts: list[list[int]],
+    warmup_count: int,
+    max_tokens: int,
+    concurrency: int,
+    stall_s: float,
+    timeout_s: float,
+    check_alive: Callable[[], None],
+    on_measure_start: Callable[[], None] = lambda: None,
+    records: list[RequestRecord] | None = None,
+) -> list[RequestRecord]:
     """Run warmup then measured requests; returns every record (warmup included, marked by phase).
 
     Raises LoadAborted on a hang, or whatever check_alive raises when the server dies; `records`, when given,
@@ -170,6 +207,19 @@ def run_load(base_url: str, model: str, *, prompts: list[list[int]], warmup_coun
     async def on_phase(_name):
         await asyncio.get_running_loop().run_in_executor(None, on_measure_start)
 
-    asyncio.run(_drive(base_url, model, prompts[:warmup_count], prompts[warmup_count:], max_tokens, concurrency,
-                       stall_s, timeout_s, check_alive, records, on_phase))
+    asyncio.run(
+        _drive(
+            base_url,
+            model,
+            prompts[:warmup_count],
+            prompts[warmup_count:],
+            max_tokens,
+            concurrency,
+            stall_s,
+            timeout_s,
+            check_alive,
+            records,
+            on_phase,
+        )
+    )
     return records

@@ -1,4 +1,5 @@
 """Per-point metrics, derived from raw request records and /metrics snapshots. Unknown stays None, never 0."""
+
 from __future__ import annotations
 
 import math
@@ -7,11 +8,13 @@ import urllib.request
 
 import numpy as np
 
-_LINE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
+_LINE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts_total",
-                 "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-                 "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total"}
+SPEC_COUNTERS = {
+    "drafts": "vllm:spec_decode_num_drafts_total",
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+}
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
 
@@ -58,15 +61,19 @@ def info_labels(samples, metric: str) -> dict[str, str] | None:
 
 def spec_delta(before: dict, after: dict) -> dict:
     """Acceptance over the measured window from two counter snapshots."""
-    d = {k: (after[k] - before[k]) if after.get(k) is not None and before.get(k) is not None else None
-         for k in SPEC_COUNTERS}
+    d = {
+        k: (after[k] - before[k]) if after.get(k) is not None and before.get(k) is not None else None
+        for k in SPEC_COUNTERS
+    }
     pos = None
     if after.get("per_position") and before.get("per_position") is not None:
         b = before["per_position"] + [0.0] * (len(after["per_position"]) - len(before["per_position"]))
         pos = [a - x for a, x in zip(after["per_position"], b)]
     drafts, draft_tokens, accepted = d["drafts"], d["draft_tokens"], d["accepted_tokens"]
     return {
-        "num_drafts": drafts, "num_draft_tokens": draft_tokens, "num_accepted_tokens": accepted,
+        "num_drafts": drafts,
+        "num_draft_tokens": draft_tokens,
+        "num_accepted_tokens": accepted,
         "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
         "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
         "per_position_acceptance": [p / drafts for p in pos] if pos is not None and drafts else None,
@@ -77,8 +84,13 @@ def distribution(values) -> dict:
     arr = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
     if arr.size == 0:
         return {"mean": None, "p50": None, "p90": None, "p99": None, "n": 0}
-    return {"mean": float(arr.mean()), "p50": float(np.percentile(arr, 50)), "p90": float(np.percentile(arr, 90)),
-            "p99": float(np.percentile(arr, 99)), "n": int(arr.size)}
+    return {
+        "mean": float(arr.mean()),
+        "p50": float(np.percentile(arr, 50)),
+        "p90": float(np.percentile(arr, 90)),
+        "p99": float(np.percentile(arr, 99)),
+        "n": int(arr.size),
+    }
 
 
 def request_latencies(rec: dict) -> dict:
@@ -108,12 +120,22 @@ def summarize(records: list[dict]) -> dict:
     measured = [r for r in records if r["phase"] == "measure"]
     ok = [r for r in measured if r["status"] == "ok"]
     lat = [request_latencies(r) for r in ok]
-    out = {"requests": len(measured), "completed": len(ok), "errors": len(measured) - len(ok),
-           "error_samples": sorted({r["error"] for r in measured if r["error"]})[:5]}
+    out = {
+        "requests": len(measured),
+        "completed": len(ok),
+        "errors": len(measured) - len(ok),
+        "error_samples": sorted({r["error"] for r in measured if r["error"]})[:5],
+    }
     if not ok:
-        return {**out, "duration_s": None, "request_throughput": None, "output_throughput": None,
-                "total_token_throughput": None, "per_user_output_throughput": None,
-                **{k: distribution([]) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}}
+        return {
+            **out,
+            "duration_s": None,
+            "request_throughput": None,
+            "output_throughput": None,
+            "total_token_throughput": None,
+            "per_user_output_throughput": None,
+            **{k: distribution([]) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")},
+        }
     duration = 0.0  # summed per trial: the pauses between trials are not serving time
     for trial in sorted({r.get("trial") or 0 for r in measured}):
         rows = [r for r in measured if (r.get("trial") or 0) == trial]
@@ -123,9 +145,16 @@ def summarize(records: list[dict]) -> dict:
     output = sum(r["output_tokens"] for r in ok)
     prompt = sum(r["prompt_len"] for r in ok)
     tpot = distribution([x["tpot"] for x in lat])
-    return {**out, "duration_s": duration, "output_tokens": output, "request_throughput": len(ok) / duration,
-            "output_throughput": output / duration, "total_token_throughput": (output + prompt) / duration,
-            "per_user_output_throughput": 1e3 / tpot["mean"] if tpot["mean"] else None,
-            "ttft_ms": distribution([x["ttft"] for x in lat]), "tpot_ms": tpot,
-            "itl_ms": distribution([v for x in lat for v in x["itl"]]),
-            "e2e_ms": distribution([x["e2e"] for x in lat])}
+    return {
+        **out,
+        "duration_s": duration,
+        "output_tokens": output,
+        "request_throughput": len(ok) / duration,
+        "output_throughput": output / duration,
+        "total_token_throughput": (output + prompt) / duration,
+        "per_user_output_throughput": 1e3 / tpot["mean"] if tpot["mean"] else None,
+        "ttft_ms": distribution([x["ttft"] for x in lat]),
+        "tpot_ms": tpot,
+        "itl_ms": distribution([v for x in lat for v in x["itl"]]),
+        "e2e_ms": distribution([x["e2e"] for x in lat]),
+    }

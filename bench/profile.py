@@ -4,6 +4,7 @@ A profile names the model, the fixed `vllm serve` arguments (vLLM's own names), 
 the sweep axes, the acceptance mode and the hardware it is meant for. `[when.cpu]` / `[when.gpu]` tables are
 merged over the base for the platform the sweep runs (or plans) on.
 """
+
 from __future__ import annotations
 
 import re
@@ -18,8 +19,15 @@ from bench.errors import BenchError
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
 SHAPE_RE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*x\s*(\d+)\s*$")
 # Server arguments the suite owns: set them through the axes or the model table instead.
-RESERVED_SERVER_ARGS = {"model", "port", "host", "speculative_config", "decode_context_parallel_size",
-                        "served_model_name", "load_format"}
+RESERVED_SERVER_ARGS = {
+    "model",
+    "port",
+    "host",
+    "speculative_config",
+    "decode_context_parallel_size",
+    "served_model_name",
+    "load_format",
+}
 
 
 class Strict(BaseModel):
@@ -94,8 +102,7 @@ class Axes(Strict):
             out.append(item)
         return out
 
-    @field_validator("draft_attention_backend", "draft_kv_cache_dtype", "dcp_size", "num_speculative_tokens",
-                     "shapes")
+    @field_validator("draft_attention_backend", "draft_kv_cache_dtype", "dcp_size", "num_speculative_tokens", "shapes")
     @classmethod
     def _non_empty_unique(cls, v):
         if not v:
@@ -156,8 +163,15 @@ class Profile(Strict):
     @field_validator("speculative")
     @classmethod
     def _spec_keys(cls, v):
-        owned = {"model", "num_speculative_tokens", "draft_attention_backend", "draft_kv_cache_dtype",
-                 "rejection_sample_method", "synthetic_acceptance_rates", "synthetic_acceptance_length"}
+        owned = {
+            "model",
+            "num_speculative_tokens",
+            "draft_attention_backend",
+            "draft_kv_cache_dtype",
+            "rejection_sample_method",
+            "synthetic_acceptance_rates",
+            "synthetic_acceptance_length",
+        }
         bad = sorted(set(v) & owned)
         if bad:
             raise ValueError(f"speculative keys {bad} come from [model], [axes] or [acceptance]")
@@ -237,8 +251,9 @@ def _allowed_keys(loc: tuple) -> list[str]:
     for part in loc[:-1]:
         field = model.model_fields.get(str(part))
         ann = getattr(field, "annotation", None)
-        ann = next((a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)),
-                   ann)
+        ann = next(
+            (a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)), ann
+        )
         if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
             break
         model = ann

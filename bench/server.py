@@ -1,7 +1,9 @@
 """A `vllm serve` process as a resource: own process group, log file, readiness (alive AND /health), crash and
 hang detection, and a stop that leaves no process behind (SIGTERM the group, grace, SIGKILL, wait)."""
+
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,19 +24,35 @@ log = logging.getLogger(__name__)
 FAILURE_SIGNATURES = [
     ("unpatched-draft-keys", re.compile(r"draft_(attention_backend|kv_cache_dtype)\s+Unexpected keyword argument")),
     ("dcp-draft-seq-lens-none", re.compile(r"TypeError: 'NoneType' object is not subscriptable")),
-    ("invalid-backend-combination", re.compile(r"is not valid for this configuration|No common block size"
-                                               r"|Cannot use .* backend on CPU")),
+    (
+        "invalid-backend-combination",
+        re.compile(
+            r"is not valid for this configuration|No common block size"
+            r"|Cannot use .* backend on CPU"
+        ),
+    ),
     ("synthetic-acceptance-unsupported", re.compile(r"Synthetic acceptance not supported")),
     ("fp8-kv-unsupported", re.compile(r"expected scalar type \w+ but found Float8")),
     ("kernel-dtype-unsupported", re.compile(r"Not yet supported ScalarType \d+")),
-    ("out-of-memory", re.compile(r"OutOfMemoryError|CUDA out of memory|out of memory|Cannot allocate memory"
-                                 r"|No available memory for the cache blocks")),
+    (
+        "out-of-memory",
+        re.compile(
+            r"OutOfMemoryError|CUDA out of memory|out of memory|Cannot allocate memory"
+            r"|No available memory for the cache blocks"
+        ),
+    ),
     ("invalid-config", re.compile(r"ValidationError|Value error,|ValueError: ")),
     ("engine-dead", re.compile(r"EngineDeadError|Engine core initialization failed")),
 ]
 # Signatures that mean the engine is gone even while the API server still answers.
-ENGINE_FATAL = {"engine-dead", "kernel-dtype-unsupported", "out-of-memory", "dcp-draft-seq-lens-none", "fp8-kv-unsupported",
-                "synthetic-acceptance-unsupported"}
+ENGINE_FATAL = {
+    "engine-dead",
+    "kernel-dtype-unsupported",
+    "out-of-memory",
+    "dcp-draft-seq-lens-none",
+    "fp8-kv-unsupported",
+    "synthetic-acceptance-unsupported",
+}
 
 
 def classify_log(text: str) -> tuple[str, str] | None:
@@ -44,7 +62,7 @@ def classify_log(text: str) -> tuple[str, str] | None:
         if match:
             start = text.rfind("\n", 0, match.start()) + 1
             end = text.find("\n", match.end())
-            return reason, text[start:end if end >= 0 else len(text)].strip()[:500]
+            return reason, text[start : end if end >= 0 else len(text)].strip()[:500]
     return None
 
 
@@ -68,11 +86,30 @@ class ServerSpec:
     port: int
 
 
-def server_argv(model: str, served_name: str, port: int, server_args: dict, speculative: dict, dcp_size: int,
-                load_format: str | None) -> list[str]:
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
-            "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
-            "--speculative-config", json.dumps(speculative, sort_keys=True)]
+def server_argv(
+    model: str,
+    served_name: str,
+    port: int,
+    server_args: dict,
+    speculative: dict,
+    dcp_size: int,
+    load_format: str | None,
+) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model,
+        "--served-model-name",
+        served_name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--speculative-config",
+        json.dumps(speculative, sort_keys=True),
+    ]
     if dcp_size > 1:
         argv += ["--decode-context-parallel-size", str(dcp_size)]
     if load_format:
@@ -92,12 +129,22 @@ def server_env(run_dir: Path, extra: dict[str, str] | None = None, cache_dir: Pa
     """vLLM's temp files and IPC sockets inside the run's own folder. The compile cache (`cache_dir`, default
     inside run_dir) can be shared by the servers of one sweep: vLLM keys it by config hash, and reusing
     torch.compile artifacts cuts later servers' start-up."""
-    dirs = {"VLLM_CACHE_ROOT": cache_dir or run_dir / "cache", "TMPDIR": run_dir / "tmp",
-            "VLLM_RPC_BASE_PATH": run_dir / "rpc"}
+    dirs = {
+        "VLLM_CACHE_ROOT": cache_dir or run_dir / "cache",
+        "TMPDIR": run_dir / "tmp",
+        "VLLM_RPC_BASE_PATH": run_dir / "rpc",
+    }
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **{k: str(v) for k, v in dirs.items()}, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        **{k: str(v) for k, v in dirs.items()},
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
     env.update(extra or {})
     return env
 
@@ -115,12 +162,18 @@ class Server:
     def start(self, timeout_s: float) -> float:
         """Start and wait until ready; returns seconds to ready. Raises ServerFailed (already stopped)."""
         self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_fh = open(self.spec.log_path, "ab")
+        self._log_fh = open(self.spec.log_path, "ab")  # noqa: SIM115 - held open while the server runs; closed in stop()
         self._log_fh.write(f"# bench: {' '.join(self.spec.argv)}\n".encode())
         self._log_fh.flush()
         t0 = time.monotonic()
-        self.proc = subprocess.Popen(self.spec.argv, env=self.spec.env, stdout=self._log_fh,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.spec.argv,
+            env=self.spec.env,
+            stdout=self._log_fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             while True:
                 self.check_alive()
@@ -199,10 +252,8 @@ class Server:
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _group_alive(pgid: int) -> bool:

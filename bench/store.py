@@ -1,5 +1,6 @@
 """The results directory of one sweep: a manifest, one versioned record per point, raw per-request Parquet, server
 logs. Every write is atomic (temp + rename), so killing the sweep at any moment leaves a loadable directory."""
+
 from __future__ import annotations
 
 import json
@@ -81,17 +82,30 @@ class SweepStore:
         return pq.read_table(path).to_pylist() if path.exists() else []
 
 
-RAW_SCHEMA = pa.schema([
-    ("index", pa.int64()), ("phase", pa.string()), ("prompt_len", pa.int64()), ("max_tokens", pa.int64()),
-    ("send_time", pa.float64()), ("end_time", pa.float64()), ("chunk_times", pa.list_(pa.float64())),
-    ("chunk_tokens", pa.list_(pa.int64())), ("prompt_tokens", pa.int64()), ("output_tokens", pa.int64()),
-    ("status", pa.string()), ("error", pa.string()), ("trial", pa.int64()),
-])
+RAW_SCHEMA = pa.schema(
+    [
+        ("index", pa.int64()),
+        ("phase", pa.string()),
+        ("prompt_len", pa.int64()),
+        ("max_tokens", pa.int64()),
+        ("send_time", pa.float64()),
+        ("end_time", pa.float64()),
+        ("chunk_times", pa.list_(pa.float64())),
+        ("chunk_tokens", pa.list_(pa.int64())),
+        ("prompt_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("trial", pa.int64()),
+    ]
+)
 
 
 def check_version(data: dict, path: Path) -> dict:
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise BenchError(f"{path}: results schema version {version!r}, this bench reads {SCHEMA_VERSION}; "
-                         f"use the bench version that wrote it, or re-run the sweep")
+        raise BenchError(
+            f"{path}: results schema version {version!r}, this bench reads {SCHEMA_VERSION}; "
+            f"use the bench version that wrote it, or re-run the sweep"
+        )
     return data

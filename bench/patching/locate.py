@@ -1,4 +1,5 @@
 """Find the vLLM to patch and read its version without importing it (importing vLLM takes seconds)."""
+
 from __future__ import annotations
 
 import importlib.util

@@ -1,4 +1,5 @@
 """Apply, revert and report patch series, all-or-nothing, with hashes checked before and after."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -114,7 +115,9 @@ def _plan(install: VllmInstall, series: Series, reverse: bool) -> tuple[dict[str
         return {}, True
     bad = [fh.path for fh, _ in entries if hashes[fh.path] != getattr(fh, source)]
     if bad:
-        raise BenchError(f"series {series.name}: file modified locally (hash mismatch), nothing changed: {', '.join(bad)}")
+        raise BenchError(
+            f"series {series.name}: file modified locally (hash mismatch), nothing changed: {', '.join(bad)}"
+        )
     plan = {}
     for fh, diff in entries:
         new = apply_file_diff(texts[fh.path], diff.reversed() if reverse else diff)
@@ -179,14 +182,16 @@ def _atomic_write(path: Path, text: str) -> None:
 
 def _record(install: VllmInstall, series: Series, action: str, plan: dict[str, tuple[str, str]]) -> None:
     entries = read_record(install)
-    entries.append({
-        "action": action,
-        "series": series.name,
-        "vllm_version": install.version,
-        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "fixes": [f.id for f in series.fixes],
-        "files": {rel: {"before": sha256_text(old), "after": sha256_text(new)} for rel, (old, new) in plan.items()},
-    })
+    entries.append(
+        {
+            "action": action,
+            "series": series.name,
+            "vllm_version": install.version,
+            "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "fixes": [f.id for f in series.fixes],
+            "files": {rel: {"before": sha256_text(old), "after": sha256_text(new)} for rel, (old, new) in plan.items()},
+        }
+    )
     _atomic_write_new(install.root / STATE_FILE, json.dumps(entries, indent=2) + "\n")
 
 
@@ -214,7 +219,7 @@ def _run(install: VllmInstall, series_name: str | None, reverse: bool, dry_run: 
     verb = "reverted" if reverse else "applied"
     if done:
         return Outcome(False, f"series {series.name} already {verb}: nothing to do")
-    diff = "".join((f.patch.read_text() for f in series.fixes)) if not reverse else ""
+    diff = "".join(f.patch.read_text() for f in series.fixes) if not reverse else ""
     if dry_run:
         return Outcome(False, f"dry run: series {series.name} would be {verb} to {len(plan)} files", diff)
     _check_writable(install, list(plan))
@@ -234,6 +239,7 @@ def revert_series(install: VllmInstall, series_name: str | None = None, dry_run:
 def build_manifest_hashes(series_folder: Path, pristine_base: Path) -> str:
     """Maintainer helper: series.toml [[fix]] files tables computed from a pristine tree and the patches."""
     from bench.patching.series import load_series
+
     series = load_series(series_folder)
     lines = []
     for fix in series.fixes:
@@ -245,4 +251,4 @@ def build_manifest_hashes(series_folder: Path, pristine_base: Path) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["apply_series", "revert_series", "patch_report", "fix_statuses", "build_manifest_hashes"]
+__all__ = ["apply_series", "build_manifest_hashes", "fix_statuses", "patch_report", "revert_series"]

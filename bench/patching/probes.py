@@ -1,4 +1,5 @@
 """Detect each fix by reading the code itself (AST), independent of hashes and state files."""
+
 from __future__ import annotations
 
 import ast
@@ -38,8 +39,11 @@ def has_dcp_draft_seq_lens(base: Path) -> bool | None:
         return None
     for fn in builders:
         for call in ast.walk(fn):
-            if (isinstance(call, ast.Call) and _call_name(call) == "build_attn_metadata"
-                    and any(k.arg == "dcp_local_seq_lens" for k in call.keywords)):
+            if (
+                isinstance(call, ast.Call)
+                and _call_name(call) == "build_attn_metadata"
+                and any(k.arg == "dcp_local_seq_lens" for k in call.keywords)
+            ):
                 return True
     return False
 

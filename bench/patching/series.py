@@ -1,4 +1,5 @@
 """Patch series: one folder per supported vLLM line under patches/, described by series.toml."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -42,7 +43,8 @@ class Series:
 
     def supports(self, install: VllmInstall) -> bool:
         return install.distribution in self.distributions and any(
-            fnmatch.fnmatch(install.release, glob) for glob in self.vllm_versions)
+            fnmatch.fnmatch(install.release, glob) for glob in self.vllm_versions
+        )
 
     def label(self) -> str:
         return f"{'/'.join(self.vllm_versions)} ({', '.join(self.distributions)})"
@@ -53,12 +55,22 @@ def load_series(folder: Path) -> Series:
     try:
         data = tomllib.loads(manifest.read_text())
         fixes = tuple(
-            Fix(id=f["id"], summary=f["summary"], patch=folder / f["patch"],
-                files=tuple(FileHashes(x["path"], x["before"], x["after"]) for x in f.get("files", [])))
-            for f in data.get("fix", []))
-        return Series(name=data["series"], folder=folder, vllm_versions=tuple(data["vllm_versions"]),
-                      distributions=tuple(data["distributions"]), fixes=fixes,
-                      upstream=tuple(data.get("upstream", [])))
+            Fix(
+                id=f["id"],
+                summary=f["summary"],
+                patch=folder / f["patch"],
+                files=tuple(FileHashes(x["path"], x["before"], x["after"]) for x in f.get("files", [])),
+            )
+            for f in data.get("fix", [])
+        )
+        return Series(
+            name=data["series"],
+            folder=folder,
+            vllm_versions=tuple(data["vllm_versions"]),
+            distributions=tuple(data["distributions"]),
+            fixes=fixes,
+            upstream=tuple(data.get("upstream", [])),
+        )
     except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError) as exc:
         raise BenchError(f"{manifest}: unreadable series manifest ({exc!r})") from exc
 
@@ -83,5 +95,4 @@ def select_series(install: VllmInstall, name: str | None = None, patches_dir: Pa
 
 def unsupported_message(install: VllmInstall, known: list[Series]) -> str:
     supported = "; ".join(f"{s.name}: {s.label()}" for s in known)
-    return (f"vLLM {install.version} ({install.distribution}) at {install.root} is not supported; "
-            f"supported: {supported}")
+    return f"vLLM {install.version} ({install.distribution}) at {install.root} is not supported; supported: {supported}"

@@ -3,6 +3,7 @@
 Strict on purpose: the series manifest pins each file's hash before and after, so any drift is an error,
 never something to paper over.
 """
+
 from __future__ import annotations
 
 import re
@@ -84,7 +85,7 @@ def apply_file_diff(original: str, diff: FileDiff) -> str:
     for n, hunk in enumerate(diff.hunks, 1):
         start = hunk.old_start - 1 if hunk.old_start > 0 else 0
         expected = [s for t, s in hunk.lines if t in " -"]
-        if start < pos or old[start:start + len(expected)] != expected:
+        if start < pos or old[start : start + len(expected)] != expected:
             raise BenchError(f"{diff.path}: hunk {n} (line {hunk.old_start}) does not match the file")
         out.extend(old[pos:start])
         out.extend(s for t, s in hunk.lines if t in " +")

@@ -34,6 +34,7 @@ summary, one row per (domain, name):
   GPU work counting 0, so CPU and GPU figures describe the same occurrences; percentiles interpolate
   linearly), plus api_calls_mean, launches_mean, kernels_mean.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,10 +48,35 @@ import pandas as pd
 from bench.errors import BenchError
 from bench.profiling import nsys_sqlite as db
 
-RANGE_GPU_COLUMNS = ["api_calls", "launches", "kernels", "memcpys", "memsets", "graphs", "gpu_sum_ns",
-                     "gpu_busy_ns", "gpu_start_ns", "gpu_end_ns", "gpu_span_ns"]
-KERNEL_COLUMNS = ["range_id", "domain", "range_name", "pid", "tid", "kind", "kernel", "kernel_full", "count",
-                  "gpu_sum_ns", "gpu_mean_ns", "gpu_min_ns", "gpu_max_ns", "share"]
+RANGE_GPU_COLUMNS = [
+    "api_calls",
+    "launches",
+    "kernels",
+    "memcpys",
+    "memsets",
+    "graphs",
+    "gpu_sum_ns",
+    "gpu_busy_ns",
+    "gpu_start_ns",
+    "gpu_end_ns",
+    "gpu_span_ns",
+]
+KERNEL_COLUMNS = [
+    "range_id",
+    "domain",
+    "range_name",
+    "pid",
+    "tid",
+    "kind",
+    "kernel",
+    "kernel_full",
+    "count",
+    "gpu_sum_ns",
+    "gpu_mean_ns",
+    "gpu_min_ns",
+    "gpu_max_ns",
+    "share",
+]
 STAT_METRICS = ("cpu_ns", "gpu_busy_ns", "gpu_span_ns")
 STATS = ("mean", "p50", "p90", "min", "max")
 
@@ -100,8 +126,10 @@ def analyze_export(export: db.NsysExport) -> NsysAnalysis:
 
 # --- attribution -------------------------------------------------------------------------------------------
 
-def attribute(ranges: pd.DataFrame, calls: pd.DataFrame, acts: pd.DataFrame
-              ) -> tuple[pd.DataFrame, tuple[np.ndarray, np.ndarray], pd.DataFrame]:
+
+def attribute(
+    ranges: pd.DataFrame, calls: pd.DataFrame, acts: pd.DataFrame
+) -> tuple[pd.DataFrame, tuple[np.ndarray, np.ndarray], pd.DataFrame]:
     """Add RANGE_GPU_COLUMNS to ranges.
 
     Returns (ranges, (range_row, act_row) pairs, acts sorted by launching thread and launch time). Method:
@@ -113,15 +141,17 @@ def attribute(ranges: pd.DataFrame, calls: pd.DataFrame, acts: pd.DataFrame
     n = len(ranges)
     starts, ends = ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)
     gtids = ranges["global_tid"].to_numpy(np.int64)
-    c_lo, c_hi = _windows(calls["global_tid"].to_numpy(np.int64), calls["start_ns"].to_numpy(np.int64),
-                          gtids, starts, ends)
+    c_lo, c_hi = _windows(
+        calls["global_tid"].to_numpy(np.int64), calls["start_ns"].to_numpy(np.int64), gtids, starts, ends
+    )
     lo, hi = _windows(acts["api_tid"].to_numpy(np.int64), acts["api_start"].to_numpy(np.int64), gtids, starts, ends)
     a_start, a_end = acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64)
     kind = acts["kind"].to_numpy()
     first_of_call = np.ones(len(acts), bool)
     if len(acts) > 1:
-        same = ((acts["api_tid"].to_numpy()[1:] == acts["api_tid"].to_numpy()[:-1])
-                & (acts["correlation_id"].to_numpy()[1:] == acts["correlation_id"].to_numpy()[:-1]))
+        same = (acts["api_tid"].to_numpy()[1:] == acts["api_tid"].to_numpy()[:-1]) & (
+            acts["correlation_id"].to_numpy()[1:] == acts["correlation_id"].to_numpy()[:-1]
+        )
         first_of_call[1:] = ~same
     out = ranges.copy()
     out["api_calls"] = c_hi - c_lo
@@ -139,8 +169,11 @@ def attribute(ranges: pd.DataFrame, calls: pd.DataFrame, acts: pd.DataFrame
     out["gpu_span_ns"] = np.where(has, g_end - g_start, 0).astype(np.int64)
     lens = hi - lo
     pair_range = np.repeat(np.arange(n), lens)
-    pair_act = (np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens) + np.repeat(lo, lens)
-                if n else np.zeros(0, np.int64))
+    pair_act = (
+        np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens) + np.repeat(lo, lens)
+        if n
+        else np.zeros(0, np.int64)
+    )
     return out, (pair_range, pair_act.astype(np.int64)), acts
 
 
@@ -148,19 +181,30 @@ def _launched_by(acts: pd.DataFrame, calls: pd.DataFrame) -> pd.DataFrame:
     """Each GPU activity with the thread (api_tid) and start (api_start) of the API call that launched it,
     joined on (process, correlationId) because correlation ids repeat across processes. Activities whose
     call is not among `calls` (other threads, outside every range, or lost) are dropped here."""
-    keys = pd.DataFrame({"global_pid": db.global_pid(calls["global_tid"].to_numpy(np.int64)),
-                         "correlation_id": calls["correlation_id"].to_numpy(np.int64),
-                         "api_tid": calls["global_tid"].to_numpy(np.int64),
-                         "api_start": calls["start_ns"].to_numpy(np.int64)})
+    keys = pd.DataFrame(
+        {
+            "global_pid": db.global_pid(calls["global_tid"].to_numpy(np.int64)),
+            "correlation_id": calls["correlation_id"].to_numpy(np.int64),
+            "api_tid": calls["global_tid"].to_numpy(np.int64),
+            "api_start": calls["start_ns"].to_numpy(np.int64),
+        }
+    )
     keys = keys.drop_duplicates(["global_pid", "correlation_id"])
     merged = acts.merge(keys, on=["global_pid", "correlation_id"], how="inner")
-    order = np.lexsort((merged["start_ns"].to_numpy(), merged["correlation_id"].to_numpy(),
-                        merged["api_start"].to_numpy(), merged["api_tid"].to_numpy()))
+    order = np.lexsort(
+        (
+            merged["start_ns"].to_numpy(),
+            merged["correlation_id"].to_numpy(),
+            merged["api_start"].to_numpy(),
+            merged["api_tid"].to_numpy(),
+        )
+    )
     return merged.iloc[order].reset_index(drop=True)
 
 
-def _windows(row_tid: np.ndarray, row_t: np.ndarray, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray]:
+def _windows(
+    row_tid: np.ndarray, row_t: np.ndarray, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """For rows sorted by (tid, t): per window, the slice [lo, hi) of the rows on the window's thread with
     t in [start, end]. One searchsorted per thread, vectorized over that thread's windows."""
     lo = np.zeros(len(tids), np.int64)
@@ -199,7 +243,7 @@ def _slice_union(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.nd
     for i in np.flatnonzero(hi > lo):
         key = (int(lo[i]), int(hi[i]))
         if key not in cache:
-            cache[key] = _union_length(starts[key[0]:key[1]], ends[key[0]:key[1]])
+            cache[key] = _union_length(starts[key[0] : key[1]], ends[key[0] : key[1]])
         out[i] = cache[key]
     return out
 
@@ -218,22 +262,31 @@ def _union_length(starts: np.ndarray, ends: np.ndarray) -> int:
     return int((seg_end - s[heads]).sum())
 
 
-def kernel_breakdown(ranges: pd.DataFrame, pairs: tuple[np.ndarray, np.ndarray], acts: pd.DataFrame
-                     ) -> pd.DataFrame:
+def kernel_breakdown(ranges: pd.DataFrame, pairs: tuple[np.ndarray, np.ndarray], acts: pd.DataFrame) -> pd.DataFrame:
     """Per range, per (kind, kernel): count and time (KERNEL_COLUMNS), biggest first within each range."""
     r_idx, a_idx = pairs
     if not len(r_idx):
         return pd.DataFrame({c: pd.Series(dtype=object) for c in KERNEL_COLUMNS})
-    flat = pd.DataFrame({
-        "row": r_idx, "kind": acts["kind"].to_numpy()[a_idx], "kernel": acts["name"].to_numpy()[a_idx],
-        "kernel_full": acts["full_name"].to_numpy()[a_idx],
-        "dur": (acts["end_ns"].to_numpy() - acts["start_ns"].to_numpy())[a_idx]})
+    flat = pd.DataFrame(
+        {
+            "row": r_idx,
+            "kind": acts["kind"].to_numpy()[a_idx],
+            "kernel": acts["name"].to_numpy()[a_idx],
+            "kernel_full": acts["full_name"].to_numpy()[a_idx],
+            "dur": (acts["end_ns"].to_numpy() - acts["start_ns"].to_numpy())[a_idx],
+        }
+    )
     g = flat.groupby(["row", "kind", "kernel", "kernel_full"], sort=True, dropna=False)["dur"]
     out = g.agg(count="size", gpu_sum_ns="sum", gpu_min_ns="min", gpu_max_ns="max").reset_index()
     out["gpu_mean_ns"] = out["gpu_sum_ns"] / out["count"]
     meta = ranges.iloc[out["row"].to_numpy()]
-    for col, src in (("range_id", "range_id"), ("domain", "domain"), ("range_name", "name"), ("pid", "pid"),
-                     ("tid", "tid")):
+    for col, src in (
+        ("range_id", "range_id"),
+        ("domain", "domain"),
+        ("range_name", "name"),
+        ("pid", "pid"),
+        ("tid", "tid"),
+    ):
         out[col] = meta[src].to_numpy()
     total = meta["gpu_sum_ns"].to_numpy().astype(float)
     out["share"] = np.divide(out["gpu_sum_ns"].to_numpy(), total, out=np.zeros(len(out)), where=total > 0)
@@ -245,25 +298,38 @@ def summarize_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
     """One row per (domain, name): count and distribution of CPU time, GPU busy time and GPU span."""
     rows = []
     for (domain, name), grp in ranges.groupby(["domain", "name"], sort=True, dropna=False):
-        row = {"domain": domain, "name": name, "count": len(grp),
-               "ranges_with_gpu": int((grp["launches"] > 0).sum()) if "launches" in grp else 0,
-               "cpu_ns_total": int(grp["cpu_ns"].sum()),
-               "gpu_busy_ns_total": int(grp["gpu_busy_ns"].sum()),
-               "gpu_sum_ns_total": int(grp["gpu_sum_ns"].sum())}
+        row = {
+            "domain": domain,
+            "name": name,
+            "count": len(grp),
+            "ranges_with_gpu": int((grp["launches"] > 0).sum()) if "launches" in grp else 0,
+            "cpu_ns_total": int(grp["cpu_ns"].sum()),
+            "gpu_busy_ns_total": int(grp["gpu_busy_ns"].sum()),
+            "gpu_sum_ns_total": int(grp["gpu_sum_ns"].sum()),
+        }
         for metric in STAT_METRICS:
             v = grp[metric].to_numpy(dtype=float)
-            row.update({f"{metric}_mean": v.mean(), f"{metric}_p50": float(np.percentile(v, 50)),
-                        f"{metric}_p90": float(np.percentile(v, 90)), f"{metric}_min": v.min(),
-                        f"{metric}_max": v.max()})
+            row.update(
+                {
+                    f"{metric}_mean": v.mean(),
+                    f"{metric}_p50": float(np.percentile(v, 50)),
+                    f"{metric}_p90": float(np.percentile(v, 90)),
+                    f"{metric}_min": v.min(),
+                    f"{metric}_max": v.max(),
+                }
+            )
         for metric in ("api_calls", "launches", "kernels"):
             row[f"{metric}_mean"] = float(grp[metric].mean())
         rows.append(row)
-    cols = (["domain", "name", "count", "ranges_with_gpu", "cpu_ns_total", "gpu_busy_ns_total", "gpu_sum_ns_total"]
-            + [f"{m}_{s}" for m in STAT_METRICS for s in STATS] + ["api_calls_mean", "launches_mean",
-                                                                     "kernels_mean"])
+    cols = (
+        ["domain", "name", "count", "ranges_with_gpu", "cpu_ns_total", "gpu_busy_ns_total", "gpu_sum_ns_total"]
+        + [f"{m}_{s}" for m in STAT_METRICS for s in STATS]
+        + ["api_calls_mean", "launches_mean", "kernels_mean"]
+    )
     out = pd.DataFrame(rows, columns=cols)
-    return out.sort_values(["cpu_ns_total", "domain", "name"], ascending=[False, True, True],
-                           kind="stable").reset_index(drop=True)
+    return out.sort_values(
+        ["cpu_ns_total", "domain", "name"], ascending=[False, True, True], kind="stable"
+    ).reset_index(drop=True)
 
 
 def range_label(domain: str, name: str) -> str:
@@ -275,17 +341,21 @@ def range_label(domain: str, name: str) -> str:
 
 # --- facts and warnings ------------------------------------------------------------------------------------
 
-def _meta(export: db.NsysExport, ranges: pd.DataFrame, pairs: tuple[np.ndarray, np.ndarray],
-          open_ranges: int) -> dict:
+
+def _meta(export: db.NsysExport, ranges: pd.DataFrame, pairs: tuple[np.ndarray, np.ndarray], open_ranges: int) -> dict:
     return {
-        "path": str(export.path), "schema_version": export.schema_version,
-        "product_version": export.product_version, "cuda_graph_trace": export.cuda_graph_trace,
-        "ranges": int(len(ranges)), "open_ranges": open_ranges,
+        "path": str(export.path),
+        "schema_version": export.schema_version,
+        "product_version": export.product_version,
+        "cuda_graph_trace": export.cuda_graph_trace,
+        "ranges": len(ranges),
+        "open_ranges": open_ranges,
         "range_names": int(ranges[["domain", "name"]].drop_duplicates().shape[0]),
         "range_pids": sorted(int(p) for p in ranges["pid"].unique()),
-        "gpu_activities_in_ranges": int(len(np.unique(pairs[1]))),
-        "gpu_activities_in_export": {kind: _count(export, table) for table, kind in db.GPU_TABLES.items()
-                                     if export.has(table)},
+        "gpu_activities_in_ranges": len(np.unique(pairs[1])),
+        "gpu_activities_in_export": {
+            kind: _count(export, table) for table, kind in db.GPU_TABLES.items() if export.has(table)
+        },
     }
 
 
@@ -305,23 +375,30 @@ def _warnings(export: db.NsysExport, ranges: pd.DataFrame, open_ranges: int, pid
     for gp, end in sorted(last.items()):
         late = ranges[(db.global_pid(ranges["global_tid"]) == gp) & (ranges["start_ns"] > end)]
         if len(late):
-            out.append(f"pid {db.pid_of(gp)}: the CUDA trace stops at {end} ns but {len(late)} range(s) start "
-                       f"after it (buffers not flushed before exit?); their GPU columns are 0")
-    for (domain, name), grp in (ranges.groupby(["domain", "name"], sort=True) if last else ()):
-        if grp["api_calls"].sum() == 0 and not any(int(gp) in last and int(s) <= last[int(gp)] for gp, s in
-                                                   zip(db.global_pid(grp["global_tid"]), grp["start_ns"])):
+            out.append(
+                f"pid {db.pid_of(gp)}: the CUDA trace stops at {end} ns but {len(late)} range(s) start "
+                f"after it (buffers not flushed before exit?); their GPU columns are 0"
+            )
+    for (domain, name), grp in ranges.groupby(["domain", "name"], sort=True) if last else ():
+        if grp["api_calls"].sum() == 0 and not any(
+            int(gp) in last and int(s) <= last[int(gp)]
+            for gp, s in zip(db.global_pid(grp["global_tid"]), grp["start_ns"])
+        ):
             label = range_label(domain, name)
             others = sorted(db.pid_of(g) for g in last if g not in set(db.global_pid(grp["global_tid"])))
             where = f"; CUDA calls were traced in pid(s) {', '.join(map(str, others))}" if others else ""
-            out.append(f"range '{label}' (pid {', '.join(map(str, sorted(grp['pid'].unique())))}) has no CUDA "
-                       f"API calls on its thread: GPU work launched from other threads or processes is not "
-                       f"attributed{where}; emit the range where the kernels are launched")
+            out.append(
+                f"range '{label}' (pid {', '.join(map(str, sorted(grp['pid'].unique())))}) has no CUDA "
+                f"API calls on its thread: GPU work launched from other threads or processes is not "
+                f"attributed{where}; emit the range where the kernels are launched"
+            )
     gpids = set(pids) | set(last)
     out += [f"nsys: {w}" for w in db.read_diagnostics(export, gpids)]
     return out
 
 
 # --- output ------------------------------------------------------------------------------------------------
+
 
 def write_tables(result: NsysAnalysis, out_dir: str | Path) -> dict[str, Path]:
     """Write ranges/kernels/summary as Parquet and CSV, and meta + warnings as JSON; return the paths."""
@@ -352,13 +429,26 @@ def analyze(path: str | Path, out_dir: str | Path) -> dict:
     paths = write_tables(result, out_dir)
     paths["plot_png"] = plot_range_breakdown(result.summary, Path(out_dir) / "nsys_range_breakdown.png")
     s = result.summary
-    top = [{"domain": r.domain, "name": r.name, "count": int(r.count), "cpu_ms_mean": round(r.cpu_ns_mean / 1e6, 4),
-            "gpu_busy_ms_mean": round(r.gpu_busy_ns_mean / 1e6, 4), "kernels_mean": round(r.kernels_mean, 2)}
-           for r in s.head(10).itertuples()]
-    return {"paths": {k: str(v) for k, v in paths.items()},
-            "headline": {"ranges": result.meta["ranges"], "range_names": result.meta["range_names"],
-                         "schema_version": result.meta["schema_version"],
-                         "cuda_graph_trace": result.meta["cuda_graph_trace"],
-                         "top_ranges": top},
-            "warnings": result.warnings,
-            "timing_s": {**result.meta.get("timing_s", {}), "total_s": round(time.perf_counter() - t0, 3)}}
+    top = [
+        {
+            "domain": r.domain,
+            "name": r.name,
+            "count": int(r.count),
+            "cpu_ms_mean": round(r.cpu_ns_mean / 1e6, 4),
+            "gpu_busy_ms_mean": round(r.gpu_busy_ns_mean / 1e6, 4),
+            "kernels_mean": round(r.kernels_mean, 2),
+        }
+        for r in s.head(10).itertuples()
+    ]
+    return {
+        "paths": {k: str(v) for k, v in paths.items()},
+        "headline": {
+            "ranges": result.meta["ranges"],
+            "range_names": result.meta["range_names"],
+            "schema_version": result.meta["schema_version"],
+            "cuda_graph_trace": result.meta["cuda_graph_trace"],
+            "top_ranges": top,
+        },
+        "warnings": result.warnings,
+        "timing_s": {**result.meta.get("timing_s", {}), "total_s": round(time.perf_counter() - t0, 3)},
+    }

@@ -15,6 +15,7 @@ Schema facts used (checked on real exports of nsys 2025.3, schema 3.20.3):
   (KERNEL / MEMCPY / MEMSET, GRAPH_TRACE when CUDA graphs are traced whole). correlationId is unique only
   within a process.
 """
+
 from __future__ import annotations
 
 import lzma
@@ -22,9 +23,9 @@ import shutil
 import sqlite3
 import tempfile
 import weakref
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -53,12 +54,27 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "StringIds": ("id", "value"),
     "NVTX_EVENTS": ("start", "end", "eventType", "text", "textId", "domainId", "globalTid"),
     RUNTIME: ("start", "end", "globalTid", "correlationId", "nameId"),
-    "CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end", "deviceId", "streamId", "correlationId", "globalPid",
-                                   "shortName", "demangledName"),
-    "CUPTI_ACTIVITY_KIND_MEMCPY": ("start", "end", "deviceId", "streamId", "correlationId", "globalPid",
-                                   "bytes", "copyKind"),
-    "CUPTI_ACTIVITY_KIND_MEMSET": ("start", "end", "deviceId", "streamId", "correlationId", "globalPid",
-                                   "bytes"),
+    "CUPTI_ACTIVITY_KIND_KERNEL": (
+        "start",
+        "end",
+        "deviceId",
+        "streamId",
+        "correlationId",
+        "globalPid",
+        "shortName",
+        "demangledName",
+    ),
+    "CUPTI_ACTIVITY_KIND_MEMCPY": (
+        "start",
+        "end",
+        "deviceId",
+        "streamId",
+        "correlationId",
+        "globalPid",
+        "bytes",
+        "copyKind",
+    ),
+    "CUPTI_ACTIVITY_KIND_MEMSET": ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes"),
     "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": ("start", "end", "correlationId", "globalPid"),
 }
 
@@ -66,8 +82,18 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 XZ_MAGIC = b"\xfd7zXZ\x00"
 
 #: Columns of the frame `read_gpu_activities` returns (also used for an empty result).
-GPU_COLUMNS = ["kind", "global_pid", "correlation_id", "start_ns", "end_ns", "device_id", "stream_id",
-               "name", "full_name", "bytes"]
+GPU_COLUMNS = [
+    "kind",
+    "global_pid",
+    "correlation_id",
+    "start_ns",
+    "end_ns",
+    "device_id",
+    "stream_id",
+    "name",
+    "full_name",
+    "bytes",
+]
 
 
 @dataclass
@@ -95,15 +121,17 @@ class NsysExport:
         try:
             return self.conn.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as exc:
-            raise BenchError(f"{self.path}: cannot read the export ({exc}); the file looks corrupt or truncated"
-                             ) from exc
+            raise BenchError(
+                f"{self.path}: cannot read the export ({exc}); the file looks corrupt or truncated"
+            ) from exc
 
     @property
     def cuda_graph_trace(self) -> str | None:
         """How CUDA graphs were traced: 'node' (each kernel of a replay recorded), 'graph' (one GRAPH_TRACE
         row per launch, default), 'mixed' if processes differ, None if the export does not say."""
-        modes = sorted({v.lower() for k, vals in self.capture.items()
-                        if k.endswith("CUDA_GRAPH_TRACE_OPTIONS:MODE") for v in vals})
+        modes = sorted(
+            {v.lower() for k, vals in self.capture.items() if k.endswith("CUDA_GRAPH_TRACE_OPTIONS:MODE") for v in vals}
+        )
         if not modes:
             return None
         return modes[0] if len(modes) == 1 else "mixed"
@@ -115,7 +143,7 @@ class NsysExport:
             if self._cleanup is not None:
                 self._cleanup()
 
-    def __enter__(self) -> "NsysExport":
+    def __enter__(self) -> NsysExport:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -208,52 +236,68 @@ def _check_sqlite_header(path: Path, db_path: Path) -> None:
         raise BenchError(f"{path}: truncated SQLite file ({size} bytes, its header says {pages * page_size})")
 
 
-def _inspect(path: Path, db_path: Path, conn: sqlite3.Connection, *, allow_any_version: bool,
-             verify: bool) -> NsysExport:
+def _inspect(
+    path: Path, db_path: Path, conn: sqlite3.Connection, *, allow_any_version: bool, verify: bool
+) -> NsysExport:
     def q(sql: str) -> list[tuple]:
         try:
             return conn.execute(sql).fetchall()
         except sqlite3.DatabaseError as exc:
             raise BenchError(f"{path}: corrupt SQLite file ({exc})") from exc
 
-    tables = frozenset(r[0] for r in q("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
-                                       "ORDER BY name"))
+    tables = frozenset(r[0] for r in q("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') ORDER BY name"))
     if verify:
         problems = [r[0] for r in q("PRAGMA quick_check")]
         if problems != ["ok"]:
             raise BenchError(f"{path}: corrupt SQLite file (quick_check: {problems[0]})")
     if "StringIds" not in tables or not any(t.startswith("TARGET_INFO_") for t in tables):
-        raise BenchError(f"{path}: SQLite, but not an Nsight Systems export (no StringIds / TARGET_INFO_* "
-                         f"tables); make one with `nsys export --type sqlite`")
+        raise BenchError(
+            f"{path}: SQLite, but not an Nsight Systems export (no StringIds / TARGET_INFO_* "
+            f"tables); make one with `nsys export --type sqlite`"
+        )
     meta_export = _name_values(q, tables, "META_DATA_EXPORT")
     version = (meta_export.get("EXPORT_SCHEMA_VERSION") or [None])[0]
     if not allow_any_version and version not in SUPPORTED_SCHEMA_VERSIONS:
         shown = version if version else "unknown (no META_DATA_EXPORT.EXPORT_SCHEMA_VERSION)"
-        raise BenchError(f"{path}: export schema version {shown} is not supported (supported: "
-                         f"{', '.join(SUPPORTED_SCHEMA_VERSIONS)}); export with nsys 2025.3, or check the "
-                         f"schema and extend SUPPORTED_SCHEMA_VERSIONS")
+        raise BenchError(
+            f"{path}: export schema version {shown} is not supported (supported: "
+            f"{', '.join(SUPPORTED_SCHEMA_VERSIONS)}); export with nsys 2025.3, or check the "
+            f"schema and extend SUPPORTED_SCHEMA_VERSIONS"
+        )
     _check_required_tables(path, tables)
     for table, cols in REQUIRED_COLUMNS.items():
         if table in tables:
             have = {r[1] for r in q(f"PRAGMA table_info({table})")}
             missing = [c for c in cols if c not in have]
             if missing:
-                raise BenchError(f"{path}: table {table} lacks column(s) {', '.join(missing)} "
-                                 f"(schema {version}); this export layout is not supported")
-    return NsysExport(path=path, db_path=db_path, conn=conn, tables=tables, schema_version=version,
-                      product_version=(meta_export.get("EXPORT_PRODUCT_VERSION") or [None])[0],
-                      capture=_name_values(q, tables, "META_DATA_CAPTURE"))
+                raise BenchError(
+                    f"{path}: table {table} lacks column(s) {', '.join(missing)} "
+                    f"(schema {version}); this export layout is not supported"
+                )
+    return NsysExport(
+        path=path,
+        db_path=db_path,
+        conn=conn,
+        tables=tables,
+        schema_version=version,
+        product_version=(meta_export.get("EXPORT_PRODUCT_VERSION") or [None])[0],
+        capture=_name_values(q, tables, "META_DATA_CAPTURE"),
+    )
 
 
 def _check_required_tables(path: Path, tables: frozenset[str]) -> None:
     """NVTX_EVENTS is the subject of the analysis; GPU work can only be attributed through the API calls."""
     if "NVTX_EVENTS" not in tables:
-        raise BenchError(f"{path}: required table NVTX_EVENTS is missing (no NVTX ranges recorded: profile "
-                         f"with `-t cuda,nvtx` and emit ranges in the process that launches the GPU work)")
+        raise BenchError(
+            f"{path}: required table NVTX_EVENTS is missing (no NVTX ranges recorded: profile "
+            f"with `-t cuda,nvtx` and emit ranges in the process that launches the GPU work)"
+        )
     gpu = sorted(t for t in GPU_TABLES if t in tables)
     if gpu and RUNTIME not in tables:
-        raise BenchError(f"{path}: required table {RUNTIME} is missing although {gpu[0]} exists; "
-                         f"GPU work cannot be attributed to ranges without it")
+        raise BenchError(
+            f"{path}: required table {RUNTIME} is missing although {gpu[0]} exists; "
+            f"GPU work cannot be attributed to ranges without it"
+        )
 
 
 def _name_values(q, tables: frozenset[str], table: str) -> dict[str, list[str]]:
@@ -267,6 +311,7 @@ def _name_values(q, tables: frozenset[str], table: str) -> dict[str, list[str]]:
 
 
 # --- readers -----------------------------------------------------------------------------------------------
+
 
 def global_pid(global_tid):
     """The globalPid of a globalTid (low 24 tid bits cleared): what GPU tables store for the process."""
@@ -283,7 +328,7 @@ def lookup_strings(export: NsysExport, ids: Iterable[int]) -> dict[int, str]:
     wanted = sorted({int(i) for i in ids if i is not None and not pd.isna(i)})
     out: dict[int, str] = {}
     for k in range(0, len(wanted), 500):
-        chunk = wanted[k:k + 500]
+        chunk = wanted[k : k + 500]
         marks = ",".join("?" * len(chunk))
         out.update(export.query(f"SELECT id, value FROM StringIds WHERE id IN ({marks}) ORDER BY id", chunk))
     return out
@@ -294,9 +339,13 @@ def read_domains(export: NsysExport) -> dict[tuple[int, int], str]:
     rows = export.query(
         "SELECT e.globalTid, e.domainId, COALESCE(s.value, e.text) FROM NVTX_EVENTS e "
         "LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType = ? ORDER BY e.start, e.rowid",
-        (NVTX_DOMAIN_CREATE,))
-    return {(int(global_pid(gtid)), int(dom)): name or "" for gtid, dom, name in rows
-            if gtid is not None and dom is not None}
+        (NVTX_DOMAIN_CREATE,),
+    )
+    return {
+        (int(global_pid(gtid)), int(dom)): name or ""
+        for gtid, dom, name in rows
+        if gtid is not None and dom is not None
+    }
 
 
 def read_nvtx_ranges(export: NsysExport) -> tuple[pd.DataFrame, int]:
@@ -308,9 +357,10 @@ def read_nvtx_ranges(export: NsysExport) -> tuple[pd.DataFrame, int]:
     rows = export.query(
         "SELECT e.rowid, e.eventType, e.start, e.end, e.globalTid, e.domainId, COALESCE(s.value, e.text) "
         "FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId "
-        "WHERE e.eventType IN (?, ?) ORDER BY e.start, e.rowid", (NVTX_PUSH_POP, NVTX_START_END))
-    df = pd.DataFrame(rows, columns=["range_id", "event_type", "start_ns", "end_ns", "global_tid", "domain_id",
-                                     "name"])
+        "WHERE e.eventType IN (?, ?) ORDER BY e.start, e.rowid",
+        (NVTX_PUSH_POP, NVTX_START_END),
+    )
+    df = pd.DataFrame(rows, columns=["range_id", "event_type", "start_ns", "end_ns", "global_tid", "domain_id", "name"])
     open_ranges = int(df["end_ns"].isna().sum())
     df = df[df["end_ns"].notna() & df["global_tid"].notna()].reset_index(drop=True)
     for col in ("range_id", "start_ns", "end_ns", "global_tid"):
@@ -342,7 +392,9 @@ def read_runtime_calls(export: NsysExport, global_tids: Sequence[int], t0: int, 
     marks = ",".join("?" * len(global_tids))
     rows = export.query(
         f"SELECT globalTid, start, end, correlationId FROM {RUNTIME} WHERE globalTid IN ({marks}) "
-        f"AND start >= ? AND start <= ?", [int(g) for g in global_tids] + [int(t0), int(t1)])
+        f"AND start >= ? AND start <= ?",
+        [int(g) for g in global_tids] + [int(t0), int(t1)],
+    )
     arr = np.array(rows, dtype=np.int64).reshape(-1, 4) if rows else np.empty((0, 4), np.int64)
     arr = arr[np.lexsort((arr[:, 3], arr[:, 1], arr[:, 0]))]
     return pd.DataFrame(arr, columns=cols)
@@ -352,8 +404,9 @@ def last_runtime_end(export: NsysExport) -> dict[int, int]:
     """globalPid -> end of the last CUDA API call recorded for it: where a process's CUDA trace stops."""
     if not export.has(RUNTIME):
         return {}
-    rows = export.query(f"SELECT globalTid - (globalTid & {TID_MASK}) AS gp, MAX(end) FROM {RUNTIME} "
-                        f"GROUP BY gp ORDER BY gp")
+    rows = export.query(
+        f"SELECT globalTid - (globalTid & {TID_MASK}) AS gp, MAX(end) FROM {RUNTIME} GROUP BY gp ORDER BY gp"
+    )
     return {int(g): int(e) for g, e in rows if g is not None}
 
 
@@ -363,11 +416,17 @@ def read_gpu_activities(export: NsysExport, global_pids: Sequence[int]) -> pd.Da
     name is the kernel short name ('[memcpy Host-to-Device]', '[memset]', '[CUDA graph N]' otherwise),
     full_name the demangled kernel name. Rows with no timestamps (CUPTI writes 0/0) are skipped.
     """
-    frames = [f for t, kind in GPU_TABLES.items() if export.has(t)
-              for f in [_read_gpu_table(export, t, kind, global_pids)] if len(f)]
+    frames = [
+        f
+        for t, kind in GPU_TABLES.items()
+        if export.has(t)
+        for f in [_read_gpu_table(export, t, kind, global_pids)]
+        if len(f)
+    ]
     if not frames:
-        return pd.DataFrame({c: pd.Series(dtype="int64" if c not in ("kind", "name", "full_name") else object)
-                             for c in GPU_COLUMNS})
+        return pd.DataFrame(
+            {c: pd.Series(dtype="int64" if c not in ("kind", "name", "full_name") else object) for c in GPU_COLUMNS}
+        )
     out = pd.concat(frames, ignore_index=True)[GPU_COLUMNS]
     for col in ("kind", "name", "full_name"):
         out[col] = out[col].astype("category")
@@ -376,14 +435,20 @@ def read_gpu_activities(export: NsysExport, global_pids: Sequence[int]) -> pd.Da
 
 def _read_gpu_table(export: NsysExport, table: str, kind: str, global_pids: Sequence[int]) -> pd.DataFrame:
     have = {r[1] for r in export.query(f"PRAGMA table_info({table})")}
-    extra = {"kernel": ["shortName", "demangledName"], "memcpy": ["bytes", "copyKind"], "memset": ["bytes"],
-             "graph": ["graphId"] if "graphId" in have else []}[kind]
+    extra = {
+        "kernel": ["shortName", "demangledName"],
+        "memcpy": ["bytes", "copyKind"],
+        "memset": ["bytes"],
+        "graph": ["graphId"] if "graphId" in have else [],
+    }[kind]
     dev = [c if c in have else "0" for c in ("deviceId", "streamId")]
     marks = ",".join("?" * len(global_pids))
     rows = export.query(
         f"SELECT globalPid, correlationId, start, end, {', '.join(dev + extra) if extra else ', '.join(dev)} "
         f"FROM {table} WHERE globalPid IN ({marks}) AND NOT (start = 0 AND end = 0) "
-        f"ORDER BY globalPid, correlationId, start", [int(g) for g in global_pids])
+        f"ORDER BY globalPid, correlationId, start",
+        [int(g) for g in global_pids],
+    )
     base = ["global_pid", "correlation_id", "start_ns", "end_ns", "device_id", "stream_id"]
     df = pd.DataFrame(rows, columns=base + extra)
     if df.empty:
@@ -430,7 +495,9 @@ def read_diagnostics(export: NsysExport, global_pids: Iterable[int]) -> list[str
         return []
     rows = export.query(
         f"SELECT globalPid, text FROM DIAGNOSTIC_EVENT WHERE severity IN ({','.join('?' * len(warn_ids))}) "
-        f"AND globalPid IN ({','.join('?' * len(pids))}) ORDER BY timestamp, rowid", warn_ids + pids)
+        f"AND globalPid IN ({','.join('?' * len(pids))}) ORDER BY timestamp, rowid",
+        warn_ids + pids,
+    )
     seen: dict[str, None] = {}
     for gp, text in rows:
         seen.setdefault(f"pid {pid_of(int(gp))}: {str(text).strip()}", None)

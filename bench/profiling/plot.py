@@ -3,6 +3,7 @@
 Drawn on a bare matplotlib Figure (Agg canvas) rather than through pyplot: no display needed on servers or in
 CI, and importing this module does not switch the backend of a notebook or program that also uses pyplot.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

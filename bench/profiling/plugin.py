@@ -40,6 +40,7 @@ missing from the capture: that is logged as an ERROR.
 
 This module imports nothing from the suite but `bench.profiling.targets` and `bench.profiling.timing`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -72,6 +73,7 @@ def _flag(name: str, env=None) -> bool:
 
 # --- NVTX ---------------------------------------------------------------------------------------------------
 
+
 def nvtx_domain(domain_name: str, env=None):
     """(domain or None, problem or None). The domain is None when NVTX would do nothing here: nvtx absent,
     or no tool attached. The problem is an error message when a tool is attached but ranges would be lost."""
@@ -81,9 +83,11 @@ def nvtx_domain(domain_name: str, env=None):
         import nvtx
     except ImportError:
         if tool:
-            return None, (f"an NVTX tool is attached ({tool} is set) but the Python package 'nvtx' is not "
-                          f"installed in this environment: the bench.* NVTX ranges will be MISSING from the "
-                          f"profile. Install it: pip install 'nvtx>=0.2.13' (extra 'profile' of the suite).")
+            return None, (
+                f"an NVTX tool is attached ({tool} is set) but the Python package 'nvtx' is not "
+                f"installed in this environment: the bench.* NVTX ranges will be MISSING from the "
+                f"profile. Install it: pip install 'nvtx>=0.2.13' (extra 'profile' of the suite)."
+            )
         return None, None
     domain = nvtx.get_domain(domain_name)
     return check_domain(domain, nvtx, tool)
@@ -97,22 +101,26 @@ def check_domain(domain, nvtx_mod, tool: str | None):
         return domain, None
     if tool:
         version = getattr(nvtx_mod, "__version__", None) or _dist_version("nvtx") or "?"
-        return None, (f"an NVTX tool is attached ({tool} is set) but nvtx {version} returned a no-op "
-                      f"DummyDomain for domain 'bench': the bench.* NVTX ranges will be MISSING from the "
-                      f"profile. This happens with nvtx >= 0.2.12 under Nsight Systems older than 2024 (no "
-                      f"nvtxDomainIsEnabled). Use a newer nsys (2025.3 works) or pip install 'nvtx<0.2.12'.")
+        return None, (
+            f"an NVTX tool is attached ({tool} is set) but nvtx {version} returned a no-op "
+            f"DummyDomain for domain 'bench': the bench.* NVTX ranges will be MISSING from the "
+            f"profile. This happens with nvtx >= 0.2.12 under Nsight Systems older than 2024 (no "
+            f"nvtxDomainIsEnabled). Use a newer nsys (2025.3 works) or pip install 'nvtx<0.2.12'."
+        )
     return None, None
 
 
 def _dist_version(name: str) -> str | None:
     try:
         from importlib.metadata import version
+
         return version(name)
     except Exception:
         return None
 
 
 # --- wrappers -----------------------------------------------------------------------------------------------
+
 
 def make_wrapper(fn, name: str, domain=None, recorder=None):
     """fn wrapped in an NVTX push/pop (domain) and/or a timer (recorder); marked with MARK = name.
@@ -126,6 +134,7 @@ def make_wrapper(fn, name: str, domain=None, recorder=None):
         rec, gpu_begin, gpu_end, add = recorder, recorder.gpu_begin, recorder.gpu_end, recorder.add
 
     if domain is not None and recorder is not None:
+
         def wrapper(*args, **kwargs):
             push(attrs)
             rec.depth += 1
@@ -140,6 +149,7 @@ def make_wrapper(fn, name: str, domain=None, recorder=None):
                 pop()
                 add(name, get_tid(), t0, t1, ev0, ev1)
     elif recorder is not None:
+
         def wrapper(*args, **kwargs):
             rec.depth += 1
             ev0 = gpu_begin()
@@ -152,6 +162,7 @@ def make_wrapper(fn, name: str, domain=None, recorder=None):
                 rec.depth -= 1
                 add(name, get_tid(), t0, t1, ev0, ev1)
     elif domain is not None:
+
         def wrapper(*args, **kwargs):
             push(attrs)
             try:
@@ -159,8 +170,10 @@ def make_wrapper(fn, name: str, domain=None, recorder=None):
             finally:
                 pop()
     else:  # BENCH_NVTX=1 with no tool attached: nothing to emit, keep the call path (and the checks) alike
+
         def wrapper(*args, **kwargs):
             return fn(*args, **kwargs)
+
     functools.update_wrapper(wrapper, fn)
     setattr(wrapper, MARK, name)
     return wrapper
@@ -183,6 +196,7 @@ def _resolve(module, qualname: str):
 
 # --- state ----------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Profiler:
     """What one process has set up: the rows, where each stands, and how to undo it (tests)."""
@@ -192,11 +206,11 @@ class Profiler:
     recorder: object = None
     version: str = "unknown"
     line: str = ""
-    wrapped: dict = field(default_factory=dict)     # (module, qualname) -> range name
-    originals: list = field(default_factory=list)   # (owner, attr, raw as it was, wrapper set) to restore / swap
-    waiting: dict = field(default_factory=dict)     # module name -> [rows] to wrap on import
-    deferred: dict = field(default_factory=dict)    # module name -> [rows], module half-imported at register
-    missing: list = field(default_factory=list)     # rows reported missing
+    wrapped: dict = field(default_factory=dict)  # (module, qualname) -> range name
+    originals: list = field(default_factory=list)  # (owner, attr, raw as it was, wrapper set) to restore / swap
+    waiting: dict = field(default_factory=dict)  # module name -> [rows] to wrap on import
+    deferred: dict = field(default_factory=dict)  # module name -> [rows], module half-imported at register
+    missing: list = field(default_factory=list)  # rows reported missing
     finder: object = None
     lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -217,10 +231,13 @@ class Profiler:
             if getattr(func, MARK, None) is not None:  # already wrapped (register twice, or a fork's parent)
                 self.wrapped[(row.module, qualname)] = getattr(func, MARK)
                 return
-            if not inspect.isfunction(func) or inspect.iscoroutinefunction(func) or inspect.isgeneratorfunction(
-                    func) or inspect.isasyncgenfunction(func):
-                warn_missing(row, f"{row.module}:{qualname} is a {type(raw).__name__}, not a plain function",
-                             self)
+            if (
+                not inspect.isfunction(func)
+                or inspect.iscoroutinefunction(func)
+                or inspect.isgeneratorfunction(func)
+                or inspect.isasyncgenfunction(func)
+            ):
+                warn_missing(row, f"{row.module}:{qualname} is a {type(raw).__name__}, not a plain function", self)
                 return
             wrapper = make_wrapper(func, row.range, self.domain, self.recorder)
             if isinstance(raw, staticmethod):
@@ -295,12 +312,18 @@ def warn_missing(row, why: str, prof: Profiler | None = None) -> None:
         return
     os.environ[ENV_WARNED] = f"{seen};{key}" if seen else key
     version = f" in vLLM {prof.version} (table {prof.line})" if prof is not None else ""
-    logger.warning("bench profiling: range %r has no target%s (%s); looked for: %s. The range will be absent "
-                   "from profiles; update bench/profiling/targets.py.", row.range, version, why,
-                   ", ".join(row.names()))
+    logger.warning(
+        "bench profiling: range %r has no target%s (%s); looked for: %s. The range will be absent "
+        "from profiles; update bench/profiling/targets.py.",
+        row.range,
+        version,
+        why,
+        ", ".join(row.names()),
+    )
 
 
 # --- patch on import ------------------------------------------------------------------------------------------
+
 
 class PatchOnImport:
     """A sys.meta_path finder that wraps the watched modules' attributes right after their code has run."""
@@ -393,10 +416,12 @@ def module_exists(name: str) -> bool:
 
 # --- activation -----------------------------------------------------------------------------------------------
 
+
 def vllm_version() -> str:
     if "vllm" in sys.modules:
         try:
             from vllm.version import __version__
+
             return str(__version__)
         except Exception:
             pass
@@ -407,15 +432,25 @@ def vllm_version() -> str:
     return "unknown"
 
 
-def activate(*, nvtx: bool, timing: bool, timing_dir: str | os.PathLike | None = None, version: str | None = None,
-             rows=None, extra: str | None = None, flush_s: float | None = None, env=None) -> Profiler | None:
+def activate(
+    *,
+    nvtx: bool,
+    timing: bool,
+    timing_dir: str | os.PathLike | None = None,
+    version: str | None = None,
+    rows=None,
+    extra: str | None = None,
+    flush_s: float | None = None,
+    env=None,
+) -> Profiler | None:
     """Set up wrapping in this process (what `register()` does with settings from the environment).
 
     `rows` replaces the version's table (tests); `extra` is BENCH_NVTX_EXTRA_TARGETS."""
     global _PROFILER
     if _PROFILER is not None:
         return _PROFILER
-    from bench.profiling import targets, timing as timing_mod
+    from bench.profiling import targets
+    from bench.profiling import timing as timing_mod
 
     domain, nvtx_state = None, "off"
     if nvtx:
@@ -434,18 +469,34 @@ def activate(*, nvtx: bool, timing: bool, timing_dir: str | os.PathLike | None =
         rows = list(targets.TABLES[line])
     extra_rows, bad = targets.parse_extra_targets(extra)
     for entry in bad:
-        logger.warning("bench profiling: ignoring %s entry %r (expected range.name=module.path:Class.attr)",
-                       targets.EXTRA_TARGETS_ENV, entry)
+        logger.warning(
+            "bench profiling: ignoring %s entry %r (expected range.name=module.path:Class.attr)",
+            targets.EXTRA_TARGETS_ENV,
+            entry,
+        )
     prof = Profiler(rows=list(rows) + extra_rows, domain=domain, recorder=recorder, version=version, line=line)
     _PROFILER = prof
     if not exact:
-        logger.warning("bench profiling: vLLM %s has no table of its own; using the %s table (targets that "
-                       "moved are reported below)", version, targets.LINE_LABELS.get(line, line))
+        logger.warning(
+            "bench profiling: vLLM %s has no table of its own; using the %s table (targets that "
+            "moved are reported below)",
+            version,
+            targets.LINE_LABELS.get(line, line),
+        )
     _install(prof)
-    logger.info("bench profiling active in pid %d: nvtx=%s timing=%s vLLM %s (table %s): %d rows, %d wrapped "
-                "now, %d modules watched, %d missing", os.getpid(), nvtx_state,
-                recorder.out_dir if recorder is not None else "off", version, line, len(prof.rows),
-                len(prof.wrapped), len(prof.waiting), len(prof.missing))
+    logger.info(
+        "bench profiling active in pid %d: nvtx=%s timing=%s vLLM %s (table %s): %d rows, %d wrapped "
+        "now, %d modules watched, %d missing",
+        os.getpid(),
+        nvtx_state,
+        recorder.out_dir if recorder is not None else "off",
+        version,
+        line,
+        len(prof.rows),
+        len(prof.wrapped),
+        len(prof.waiting),
+        len(prof.missing),
+    )
     return prof
 
 
@@ -484,8 +535,14 @@ def register() -> None:
         if not (nvtx_on or timing_on) or _PROFILER is not None:
             return
         from bench.profiling.targets import EXTRA_TARGETS_ENV
+
         flush = os.environ.get(ENV_TIMING_FLUSH, "").strip()
-        activate(nvtx=nvtx_on, timing=timing_on, timing_dir=os.environ.get(ENV_TIMING_DIR) or None,
-                 extra=os.environ.get(EXTRA_TARGETS_ENV), flush_s=float(flush) if flush else None)
+        activate(
+            nvtx=nvtx_on,
+            timing=timing_on,
+            timing_dir=os.environ.get(ENV_TIMING_DIR) or None,
+            extra=os.environ.get(EXTRA_TARGETS_ENV),
+            flush_s=float(flush) if flush else None,
+        )
     except Exception:
         logger.exception("bench profiling: plugin failed to register; vLLM runs without its ranges")

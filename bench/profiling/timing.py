@@ -27,9 +27,11 @@ Recording (inside vLLM's processes, so: standard library only, torch only if the
   "gpu_fields": [...], "pid": ..., ...}; then one JSON array per line: a range [seq, name, tid, start_ns,
   end_ns], or its GPU times ["gpu", seq, gpu_start_ns, gpu_end_ns, gpu_span_ns]. A torn line is skipped.
 """
+
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import json
 import logging
@@ -43,15 +45,35 @@ FORMAT = "bench-timing"
 VERSION = 1
 FIELDS = ("seq", "name", "tid", "start_ns", "end_ns")
 GPU_FIELDS = ("seq", "gpu_start_ns", "gpu_end_ns", "gpu_span_ns")
-FLUSH_INTERVAL_S = 0.0   # write after every outermost range (see the module docstring for why)
-GPU_INTERVAL_S = 0.5     # how often completed CUDA events are read
-FLUSH_RECORDS = 8192     # write anyway when this many ranges wait (a very long outer range)
+FLUSH_INTERVAL_S = 0.0  # write after every outermost range (see the module docstring for why)
+GPU_INTERVAL_S = 0.5  # how often completed CUDA events are read
+FLUSH_RECORDS = 8192  # write anyway when this many ranges wait (a very long outer range)
 TID_MASK = 0xFFFFFF  # nsys globalTid = pid << 24 | tid (what nsys_sqlite.pid_of undoes)
 REANCHOR_MS = 1000.0
 # The ranges table of bench.profiling.nsys_analysis, column for column.
-RANGE_COLUMNS = ["range_id", "domain", "name", "kind", "pid", "tid", "global_tid", "start_ns", "end_ns", "cpu_ns",
-                 "api_calls", "launches", "kernels", "memcpys", "memsets", "graphs", "gpu_sum_ns", "gpu_busy_ns",
-                 "gpu_start_ns", "gpu_end_ns", "gpu_span_ns"]
+RANGE_COLUMNS = [
+    "range_id",
+    "domain",
+    "name",
+    "kind",
+    "pid",
+    "tid",
+    "global_tid",
+    "start_ns",
+    "end_ns",
+    "cpu_ns",
+    "api_calls",
+    "launches",
+    "kernels",
+    "memcpys",
+    "memsets",
+    "graphs",
+    "gpu_sum_ns",
+    "gpu_busy_ns",
+    "gpu_start_ns",
+    "gpu_end_ns",
+    "gpu_span_ns",
+]
 COUNT_COLUMNS = ["api_calls", "launches", "kernels", "memcpys", "memsets", "graphs"]
 GPU_NS_COLUMNS = ["gpu_sum_ns", "gpu_busy_ns", "gpu_start_ns", "gpu_end_ns", "gpu_span_ns"]
 
@@ -70,14 +92,17 @@ class _GpuClock:
     def __init__(self, torch_mod):
         self.torch = torch_mod
         self.pool: list = []
-        self.ref = None       # an event whose time on the CPU clock is known
+        self.ref = None  # an event whose time on the CPU clock is known
         self.ref_ns = 0
         self.streams: dict = {}
         # torch.cuda.current_stream() builds a Stream object per call (~4 us on an H200 host, most of an
         # Event.record()); look the current stream up by its raw id instead and keep the objects.
         c = torch_mod._C
-        self._raw = ((lambda: c._cuda_getCurrentStream(c._cuda_getDevice()))
-                     if hasattr(c, "_cuda_getCurrentStream") and hasattr(c, "_cuda_getDevice") else None)
+        self._raw = (
+            (lambda: c._cuda_getCurrentStream(c._cuda_getDevice()))
+            if hasattr(c, "_cuda_getCurrentStream") and hasattr(c, "_cuda_getDevice")
+            else None
+        )
 
     def ready(self) -> bool:
         """Events may be recorded now: CUDA is up and the current stream is not capturing a graph."""
@@ -110,8 +135,8 @@ class _GpuClock:
         if not ev1.query():
             return None
         off_ms = self.ref.elapsed_time(ev0)
-        span_ns = int(round(ev0.elapsed_time(ev1) * 1e6))
-        start_ns = self.ref_ns + int(round(off_ms * 1e6))
+        span_ns = round(ev0.elapsed_time(ev1) * 1e6)
+        start_ns = self.ref_ns + round(off_ms * 1e6)
         if off_ms > REANCHOR_MS:  # keep offsets short: elapsed_time is float32 milliseconds
             self.pool.append(self.ref)
             self.ref, self.ref_ns = ev0, start_ns
@@ -127,9 +152,15 @@ class TimingRecorder:
     The plugin's wrappers call `gpu_begin` / `gpu_end` (None when there is no GPU timing) and `add`; `depth`
     counts wrapped calls in progress, so that writing happens between ranges, never inside one."""
 
-    def __init__(self, out_dir: str | os.PathLike, domain: str = "bench", meta: dict | None = None,
-                 flush_interval_s: float = FLUSH_INTERVAL_S, gpu_interval_s: float = GPU_INTERVAL_S,
-                 flush_records: int = FLUSH_RECORDS):
+    def __init__(
+        self,
+        out_dir: str | os.PathLike,
+        domain: str = "bench",
+        meta: dict | None = None,
+        flush_interval_s: float = FLUSH_INTERVAL_S,
+        gpu_interval_s: float = GPU_INTERVAL_S,
+        flush_records: int = FLUSH_RECORDS,
+    ):
         self.out_dir = Path(out_dir)
         self.domain = domain
         self.meta = dict(meta or {})
@@ -148,8 +179,8 @@ class TimingRecorder:
         self.path = self.out_dir / f"timing-{self.pid}.jsonl"
         self.depth = 0
         self._seq = itertools.count(1)  # next() is atomic: ranges may close on several threads
-        self.done: list = []            # (seq, name, tid, start_ns, end_ns) not yet written
-        self.pending: list = []         # (seq, ev0, ev1) whose GPU times are not yet known
+        self.done: list = []  # (seq, name, tid, start_ns, end_ns) not yet written
+        self.pending: list = []  # (seq, ev0, ev1) whose GPU times are not yet known
         now = time.perf_counter_ns()
         self.next_flush_ns = now
         self.next_gpu_ns = now + self.gpu_interval_ns
@@ -252,7 +283,7 @@ class TimingRecorder:
                 self._hook_exit()
             data = text.encode()
             while data:
-                data = data[os.write(self._fd, data):]
+                data = data[os.write(self._fd, data) :]
         except OSError as exc:
             if not self._write_failed:
                 logger.error("bench timing: cannot write %s (%s); timings of this process are lost", self.path, exc)
@@ -265,6 +296,7 @@ class TimingRecorder:
         atexit.register(self.close)
         try:
             from multiprocessing import util
+
             util.Finalize(None, self.close, exitpriority=10)  # forked multiprocessing children skip atexit
         except Exception:
             pass
@@ -275,20 +307,29 @@ class TimingRecorder:
             return
         self.flush(wait=True)
         if self._fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(self._fd)
-            except OSError:
-                pass
             self._fd = None
 
     def _header(self) -> dict:
-        return {"format": FORMAT, "version": VERSION, "fields": list(FIELDS), "gpu_fields": list(GPU_FIELDS),
-                "domain": self.domain, "pid": self.pid, "clock": "time.perf_counter_ns (CLOCK_MONOTONIC)",
-                "gpu_timing": isinstance(self._gpu, _GpuClock), "wall_time_ns": time.time_ns(),
-                "perf_counter_ns": time.perf_counter_ns(), "argv": sys.argv[:8], **self.meta}
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "fields": list(FIELDS),
+            "gpu_fields": list(GPU_FIELDS),
+            "domain": self.domain,
+            "pid": self.pid,
+            "clock": "time.perf_counter_ns (CLOCK_MONOTONIC)",
+            "gpu_timing": isinstance(self._gpu, _GpuClock),
+            "wall_time_ns": time.time_ns(),
+            "perf_counter_ns": time.perf_counter_ns(),
+            "argv": sys.argv[:8],
+            **self.meta,
+        }
 
 
 # --- reading ---------------------------------------------------------------------------------------------------
+
 
 def read_timing_file(path: str | os.PathLike) -> list[tuple[dict, list[list]]]:
     """[(header, rows)] for each header in the file (a pid reused by a later process appends a new header);
@@ -316,8 +357,10 @@ def _check_header(path, head: dict) -> None:
     if head.get("format") != FORMAT:
         raise TimingFormatError(f"{path}: not a bench timing file (format {head.get('format')!r})")
     if head.get("version") != VERSION:
-        raise TimingFormatError(f"{path}: timing format version {head.get('version')} is not supported (this "
-                                f"suite reads version {VERSION}); record again with this suite's plugin")
+        raise TimingFormatError(
+            f"{path}: timing format version {head.get('version')} is not supported (this "
+            f"suite reads version {VERSION}); record again with this suite's plugin"
+        )
     if tuple(head.get("fields", ())) != FIELDS or tuple(head.get("gpu_fields", ())) != GPU_FIELDS:
         raise TimingFormatError(f"{path}: unexpected fields {head.get('fields')} / {head.get('gpu_fields')}")
 
@@ -340,11 +383,19 @@ def load_timing_dir(path: str | os.PathLike):
     raw = pd.DataFrame(recs, columns=list(FIELDS) + ["gpu_start_ns", "gpu_end_ns", "gpu_span_ns", "pid", "domain"])
     pid = raw["pid"].astype(np.int64)
     tid = raw["tid"].astype(np.int64) % (TID_MASK + 1)
-    out = pd.DataFrame({
-        "range_id": pid * 2**32 + raw["seq"].astype(np.int64), "domain": raw["domain"].astype(str),
-        "name": raw["name"].astype(str), "kind": "push_pop", "pid": pid, "tid": tid,
-        "global_tid": pid * (TID_MASK + 1) + tid, "start_ns": raw["start_ns"].astype(np.int64),
-        "end_ns": raw["end_ns"].astype(np.int64)})
+    out = pd.DataFrame(
+        {
+            "range_id": pid * 2**32 + raw["seq"].astype(np.int64),
+            "domain": raw["domain"].astype(str),
+            "name": raw["name"].astype(str),
+            "kind": "push_pop",
+            "pid": pid,
+            "tid": tid,
+            "global_tid": pid * (TID_MASK + 1) + tid,
+            "start_ns": raw["start_ns"].astype(np.int64),
+            "end_ns": raw["end_ns"].astype(np.int64),
+        }
+    )
     out["cpu_ns"] = out["end_ns"] - out["start_ns"]
     for col in COUNT_COLUMNS:
         out[col] = np.full(len(out), np.nan)

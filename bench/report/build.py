@@ -1,5 +1,6 @@
 """`bench report SWEEP_DIR`: tables (CSV + Parquet), summary.md, report.html and its plots as PNG files, from the
 results directory alone."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,8 +20,11 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None) -> dict[str, Path
     prov = provenance(sweep_dir)
     paths = {"summary": out / "summary.md", "points_csv": out / "points.csv", "points_parquet": out / "points.parquet"}
     atomic_write_bytes(paths["summary"], summary_markdown(points, prov).encode())
-    flat = points.assign(per_position_acceptance=points.per_position_acceptance.map(
-        lambda v: None if v is None else "/".join("-" if x is None else f"{x:.4f}" for x in v)))
+    flat = points.assign(
+        per_position_acceptance=points.per_position_acceptance.map(
+            lambda v: None if v is None else "/".join("-" if x is None else f"{x:.4f}" for x in v)
+        )
+    )
     atomic_write_bytes(paths["points_csv"], flat.to_csv(index=False).encode())
     flat.to_parquet(paths["points_parquet"], index=False)
     paths.update(build_html(sweep_dir, out, points))

@@ -1,4 +1,5 @@
 """Tables rendered to GitHub markdown strings (golden-testable), and the sweep's summary.md."""
+
 from __future__ import annotations
 
 import math
@@ -25,37 +26,70 @@ def md_table(df: pd.DataFrame, columns: dict[str, tuple[str, int]]) -> str:
 
 
 RESULT_COLUMNS = {
-    "draft_attention_backend": ("draft backend", 0), "draft_kv_cache_dtype": ("draft KV", 0),
-    "dcp_size": ("DCP", 0), "num_speculative_tokens": ("k", 0), "concurrency": ("conc.", 0),
-    "input_len": ("in", 0), "output_len": ("out", 0), "output_throughput": ("output tok/s", 1),
-    "per_user_output_throughput": ("tok/s/user", 1), "ttft_p50_ms": ("TTFT p50 ms", 1),
-    "ttft_p99_ms": ("TTFT p99 ms", 1), "tpot_p50_ms": ("TPOT p50 ms", 2), "tpot_p99_ms": ("TPOT p99 ms", 2),
-    "itl_p99_ms": ("ITL p99 ms", 2), "acceptance_rate": ("accept", 3), "mean_acceptance_length": ("mean len", 2),
+    "draft_attention_backend": ("draft backend", 0),
+    "draft_kv_cache_dtype": ("draft KV", 0),
+    "dcp_size": ("DCP", 0),
+    "num_speculative_tokens": ("k", 0),
+    "concurrency": ("conc.", 0),
+    "input_len": ("in", 0),
+    "output_len": ("out", 0),
+    "output_throughput": ("output tok/s", 1),
+    "per_user_output_throughput": ("tok/s/user", 1),
+    "ttft_p50_ms": ("TTFT p50 ms", 1),
+    "ttft_p99_ms": ("TTFT p99 ms", 1),
+    "tpot_p50_ms": ("TPOT p50 ms", 2),
+    "tpot_p99_ms": ("TPOT p99 ms", 2),
+    "itl_p99_ms": ("ITL p99 ms", 2),
+    "acceptance_rate": ("accept", 3),
+    "mean_acceptance_length": ("mean len", 2),
     "per_position_acceptance": ("per position", 2),
 }
-FAILED_COLUMNS = {"draft_attention_backend": ("draft backend", 0), "draft_kv_cache_dtype": ("draft KV", 0),
-                  "dcp_size": ("DCP", 0), "num_speculative_tokens": ("k", 0), "concurrency": ("conc.", 0),
-                  "input_len": ("in", 0), "output_len": ("out", 0), "status": ("status", 0),
-                  "reason": ("reason", 0), "detail": ("detail", 0)}
+FAILED_COLUMNS = {
+    "draft_attention_backend": ("draft backend", 0),
+    "draft_kv_cache_dtype": ("draft KV", 0),
+    "dcp_size": ("DCP", 0),
+    "num_speculative_tokens": ("k", 0),
+    "concurrency": ("conc.", 0),
+    "input_len": ("in", 0),
+    "output_len": ("out", 0),
+    "status": ("status", 0),
+    "reason": ("reason", 0),
+    "detail": ("detail", 0),
+}
 
 
 def summary_markdown(points: pd.DataFrame, prov: dict) -> str:
     ok = points[points.status == "ok"]
     bad = points[points.status != "ok"].copy()
-    bad["detail"] = bad["detail"].map(lambda d: d[:160].replace("|", "/").replace("\n", " ") if isinstance(d, str)
-                                      else None)
-    lines = [f"# Sweep `{prov['profile']}`", "",
-             f"{len(ok)} ok, {int((points.status == 'failed').sum())} failed, "
-             f"{int((points.status == 'skipped').sum())} skipped.", ""]
+    bad["detail"] = bad["detail"].map(
+        lambda d: d[:160].replace("|", "/").replace("\n", " ") if isinstance(d, str) else None
+    )
+    lines = [
+        f"# Sweep `{prov['profile']}`",
+        "",
+        f"{len(ok)} ok, {int((points.status == 'failed').sum())} failed, "
+        f"{int((points.status == 'skipped').sum())} skipped.",
+        "",
+    ]
     if len(ok):
         lines += ["## Results", "", md_table(ok, RESULT_COLUMNS), ""]
         flagged = ok[ok.mismatch.notna()]
         if len(flagged):
             lines += ["**Effective configuration differs from the asked one:**", ""]
             lines += [f"- `{r.point_id}`: {r.mismatch}" for r in flagged.itertuples()] + [""]
-        lines += ["Effective configuration read back from the servers: " + ", ".join(sorted({
-            f"target {r.target_attention_backend_ran} / draft {r.draft_attention_backend_ran or '?'} / KV "
-            f"{r.kv_cache_dtype_ran} / graphs {r.cudagraph_mode}" for r in ok.itertuples()})), ""]
+        lines += [
+            "Effective configuration read back from the servers: "
+            + ", ".join(
+                sorted(
+                    {
+                        f"target {r.target_attention_backend_ran} / draft {r.draft_attention_backend_ran or '?'} / KV "
+                        f"{r.kv_cache_dtype_ran} / graphs {r.cudagraph_mode}"
+                        for r in ok.itertuples()
+                    }
+                )
+            ),
+            "",
+        ]
     if len(bad):
         lines += ["## Failed and skipped points", "", md_table(bad, FAILED_COLUMNS), ""]
     lines += ["## Provenance", ""] + [f"- {k}: {v}" for k, v in prov.items()] + [""]

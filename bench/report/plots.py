@@ -5,6 +5,7 @@ Figures are drawn on bare matplotlib Figures with an Agg canvas, never through p
 display, and importing this module does not change the backend of a program that also uses pyplot. A plot
 function returns None when its table has nothing to draw; the HTML says so instead of showing an empty chart.
 """
+
 from __future__ import annotations
 
 import io
@@ -24,14 +25,31 @@ from bench.store import SweepStore
 SERIES_AXES = ["draft_attention_backend", "draft_kv_cache_dtype", "dcp_size"]
 FACET_AXES = ["num_speculative_tokens", "input_len", "output_len"]
 CONFIG_AXES = SERIES_AXES + FACET_AXES + ["concurrency"]
-NUMERIC = ["output_throughput", "per_user_output_throughput", "request_throughput", "ttft_p50_ms", "ttft_p90_ms",
-           "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms",
-           "e2e_p50_ms", "e2e_p99_ms", "errors", "acceptance_rate", "mean_acceptance_length"]
+NUMERIC = [
+    "output_throughput",
+    "per_user_output_throughput",
+    "request_throughput",
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p90_ms",
+    "tpot_p99_ms",
+    "itl_p50_ms",
+    "itl_p90_ms",
+    "itl_p99_ms",
+    "e2e_p50_ms",
+    "e2e_p99_ms",
+    "errors",
+    "acceptance_rate",
+    "mean_acceptance_length",
+]
 
 
 # =============================================================================================================
 # Analysis: pure pandas
 # =============================================================================================================
+
 
 def point_extras(sweep_dir: Path) -> pd.DataFrame:
     """What points_table leaves out and the report needs, one row per point id: ITL p90, the server arguments,
@@ -41,15 +59,35 @@ def point_extras(sweep_dir: Path) -> pd.DataFrame:
         eng = (p.get("config") or {}).get("engine") or {}
         m, e = p.get("metrics") or {}, p.get("effective") or {}
         acc = eng.get("acceptance") or {}
-        rows.append({"point_id": pid, "itl_p90_ms": (m.get("itl_ms") or {}).get("p90"),
-                     "server": eng.get("server") or {},
-                     "asked_rates": acc.get("rates") if acc.get("mode") == "synthetic" else None,
-                     "block_size_ran": e.get("block_size"), "dcp_size_ran": e.get("dcp_size"),
-                     "backends_logged": ", ".join(e.get("attention_backends_logged") or []) or None,
-                     "trials": len(p.get("trials") or []) or None, "phase": p.get("phase"),
-                     "log": (p.get("server") or {}).get("log")})
-    return pd.DataFrame(rows, columns=["point_id", "itl_p90_ms", "server", "asked_rates", "block_size_ran",
-                                       "dcp_size_ran", "backends_logged", "trials", "phase", "log"])
+        rows.append(
+            {
+                "point_id": pid,
+                "itl_p90_ms": (m.get("itl_ms") or {}).get("p90"),
+                "server": eng.get("server") or {},
+                "asked_rates": acc.get("rates") if acc.get("mode") == "synthetic" else None,
+                "block_size_ran": e.get("block_size"),
+                "dcp_size_ran": e.get("dcp_size"),
+                "backends_logged": ", ".join(e.get("attention_backends_logged") or []) or None,
+                "trials": len(p.get("trials") or []) or None,
+                "phase": p.get("phase"),
+                "log": (p.get("server") or {}).get("log"),
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "point_id",
+            "itl_p90_ms",
+            "server",
+            "asked_rates",
+            "block_size_ran",
+            "dcp_size_ran",
+            "backends_logged",
+            "trials",
+            "phase",
+            "log",
+        ],
+    )
 
 
 def varied_axes(points: pd.DataFrame) -> list[str]:
@@ -72,8 +110,9 @@ def enrich(points: pd.DataFrame, extras: pd.DataFrame | None = None) -> pd.DataF
     varied = set(varied_axes(points))
     lens_vary = bool({"input_len", "output_len"} & varied)
     df["series"] = [series_label(r, varied) for r in df.itertuples()]
-    df["shape"] = [f"{r.concurrency}x{r.input_len}x{r.output_len}" if lens_vary else f"c{r.concurrency}"
-                   for r in df.itertuples()]
+    df["shape"] = [
+        f"{r.concurrency}x{r.input_len}x{r.output_len}" if lens_vary else f"c{r.concurrency}" for r in df.itertuples()
+    ]
     df["label"] = [f"{a} {b}" for a, b in zip(df["series"], df["shape"])]
     return df
 
@@ -93,8 +132,16 @@ def ok_points(df: pd.DataFrame) -> pd.DataFrame:
 
 def throughput_series(df: pd.DataFrame) -> pd.DataFrame:
     """Ok points with a measured output throughput, one row per point, ordered for line plots."""
-    cols = ["series", *SERIES_AXES, *FACET_AXES, "concurrency", "shape", "output_throughput",
-            "per_user_output_throughput", "label"]
+    cols = [
+        "series",
+        *SERIES_AXES,
+        *FACET_AXES,
+        "concurrency",
+        "shape",
+        "output_throughput",
+        "per_user_output_throughput",
+        "label",
+    ]
     ok = ok_points(df)
     ok = ok[ok.output_throughput.notna() | ok.per_user_output_throughput.notna()]
     return ok[cols].sort_values(["series", "concurrency", *FACET_AXES], kind="stable").reset_index(drop=True)
@@ -129,8 +176,18 @@ def pareto_table(df: pd.DataFrame) -> pd.DataFrame:
     """Ok points with output tok/s, per-user tok/s and TPOT p50; `pareto_user`: optimal for (output tok/s max,
     per-user tok/s max); `pareto_tpot`: optimal for (output tok/s max, TPOT p50 min)."""
     ok = ok_points(df)
-    out = ok[["label", "series", *SERIES_AXES, "concurrency", "shape", "output_throughput",
-              "per_user_output_throughput", "tpot_p50_ms"]].copy()
+    out = ok[
+        [
+            "label",
+            "series",
+            *SERIES_AXES,
+            "concurrency",
+            "shape",
+            "output_throughput",
+            "per_user_output_throughput",
+            "tpot_p50_ms",
+        ]
+    ].copy()
     out["pareto_user"] = pareto_mask(out.per_user_output_throughput, out.output_throughput)
     out["pareto_tpot"] = pareto_mask(out.tpot_p50_ms, out.output_throughput, maximize_x=False)
     return out.reset_index(drop=True)
@@ -140,12 +197,15 @@ def acceptance_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per ok point: acceptance rate, mean acceptance length and per-position acceptance (pos1..posK)."""
     ok = ok_points(df)
     k = max([len(v) for v in ok.per_position_acceptance if isinstance(v, list)] or [0])
-    out = ok[["label", "series", *SERIES_AXES, *FACET_AXES, "concurrency", "acceptance_rate",
-              "mean_acceptance_length"]].copy()
+    out = ok[
+        ["label", "series", *SERIES_AXES, *FACET_AXES, "concurrency", "acceptance_rate", "mean_acceptance_length"]
+    ].copy()
     for i in range(k):
-        out[f"pos{i + 1}"] = [v[i] if isinstance(v, list) and len(v) > i and v[i] is not None else np.nan
-                              for v in ok.per_position_acceptance]
-    out["asked_rates"] = ok["asked_rates"] if "asked_rates" in ok else None
+        out[f"pos{i + 1}"] = [
+            v[i] if isinstance(v, list) and len(v) > i and v[i] is not None else np.nan
+            for v in ok.per_position_acceptance
+        ]
+    out["asked_rates"] = ok.get("asked_rates", None)
     return out.reset_index(drop=True)
 
 
@@ -153,14 +213,25 @@ def heatmap_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (DCP size, draft backend, draft KV dtype) cell: the best output tok/s among the cell's ok
     points at the sweep's largest concurrency (`value`, NaN if none) and, when there is none, why (`note`:
     the failed / skipped reasons, or which concurrencies did run)."""
-    cols = ["dcp_size", "draft_attention_backend", "draft_kv_cache_dtype", "concurrency", "value", "best_label",
-            "n_ok", "n_failed", "n_skipped", "note"]
+    cols = [
+        "dcp_size",
+        "draft_attention_backend",
+        "draft_kv_cache_dtype",
+        "concurrency",
+        "value",
+        "best_label",
+        "n_ok",
+        "n_failed",
+        "n_skipped",
+        "note",
+    ]
     if not len(df):
         return pd.DataFrame(columns=cols)
     top = int(df.concurrency.max())
     rows = []
-    for (dcp, backend, kv), cell in df.groupby(["dcp_size", "draft_attention_backend", "draft_kv_cache_dtype"],
-                                               sort=False, dropna=False):
+    for (dcp, backend, kv), cell in df.groupby(
+        ["dcp_size", "draft_attention_backend", "draft_kv_cache_dtype"], sort=False, dropna=False
+    ):
         at = cell[(cell.status == "ok") & (cell.concurrency == top) & cell.output_throughput.notna()]
         bad = cell[cell.status != "ok"]
         value, best, note = np.nan, None, None
@@ -175,10 +246,20 @@ def heatmap_table(df: pd.DataFrame) -> pd.DataFrame:
             else:
                 ran = sorted(cell[cell.status == "ok"].concurrency.unique())
                 note = f"no ok point at concurrency {top}" + (f" (ran at {', '.join(map(str, ran))})" if ran else "")
-        rows.append({"dcp_size": dcp, "draft_attention_backend": backend, "draft_kv_cache_dtype": kv,
-                     "concurrency": top, "value": value, "best_label": best,
-                     "n_ok": int((cell.status == "ok").sum()), "n_failed": int((cell.status == "failed").sum()),
-                     "n_skipped": int((cell.status == "skipped").sum()), "note": note})
+        rows.append(
+            {
+                "dcp_size": dcp,
+                "draft_attention_backend": backend,
+                "draft_kv_cache_dtype": kv,
+                "concurrency": top,
+                "value": value,
+                "best_label": best,
+                "n_ok": int((cell.status == "ok").sum()),
+                "n_failed": int((cell.status == "failed").sum()),
+                "n_skipped": int((cell.status == "skipped").sum()),
+                "note": note,
+            }
+        )
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -186,8 +267,17 @@ def problems_table(df: pd.DataFrame, sweep_dir: Path | None = None) -> pd.DataFr
     """Failed and skipped points with their classified reason; `log_signature`: what the current failure
     signatures find in the engine's server log (may name the root cause when the recorded reason is generic)."""
     bad = df[df.status != "ok"].copy()
-    cols = ["point_id", "engine_id", *SERIES_AXES, *FACET_AXES, "concurrency", "status", "reason", "detail",
-            "log_signature"]
+    cols = [
+        "point_id",
+        "engine_id",
+        *SERIES_AXES,
+        *FACET_AXES,
+        "concurrency",
+        "status",
+        "reason",
+        "detail",
+        "log_signature",
+    ]
     bad["log_signature"] = None
     if sweep_dir is not None and len(bad):
         sigs = {}
@@ -210,15 +300,36 @@ def _log_signature(path: Path) -> str | None:
 
 def effective_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per point that reached a server: what it asked vs what the server logged, and the mismatch flags."""
-    cols = ["label", "point_id", "status", "draft_attention_backend", "draft_attention_backend_ran",
-            "target_attention_backend_ran", "draft_kv_cache_dtype", "kv_cache_dtype_ran", "dcp_size", "dcp_size_ran",
-            "block_size_ran", "cudagraph_mode", "backends_logged", "mismatch"]
+    cols = [
+        "label",
+        "point_id",
+        "status",
+        "draft_attention_backend",
+        "draft_attention_backend_ran",
+        "target_attention_backend_ran",
+        "draft_kv_cache_dtype",
+        "kv_cache_dtype_ran",
+        "dcp_size",
+        "dcp_size_ran",
+        "block_size_ran",
+        "cudagraph_mode",
+        "backends_logged",
+        "mismatch",
+    ]
     out = df.copy()
     for c in cols:
         if c not in out:
             out[c] = None
-    ran = ["draft_attention_backend_ran", "target_attention_backend_ran", "kv_cache_dtype_ran", "dcp_size_ran",
-           "block_size_ran", "cudagraph_mode", "backends_logged", "mismatch"]
+    ran = [
+        "draft_attention_backend_ran",
+        "target_attention_backend_ran",
+        "kv_cache_dtype_ran",
+        "dcp_size_ran",
+        "block_size_ran",
+        "cudagraph_mode",
+        "backends_logged",
+        "mismatch",
+    ]
     seen = out[ran].notna().any(axis=1)
     return out.loc[seen, cols].reset_index(drop=True)
 
@@ -228,10 +339,15 @@ def summary_counts(df: pd.DataFrame) -> dict:
     best = None
     if len(ok) and ok.output_throughput.notna().any():
         best = ok.loc[ok.output_throughput.idxmax()]
-    return {"points": len(df), "ok": len(ok), "failed": int((df.status == "failed").sum()),
-            "skipped": int((df.status == "skipped").sum()), "varied": varied_axes(df),
-            "best_label": None if best is None else best.label,
-            "best_output_throughput": None if best is None else float(best.output_throughput)}
+    return {
+        "points": len(df),
+        "ok": len(ok),
+        "failed": int((df.status == "failed").sum()),
+        "skipped": int((df.status == "skipped").sum()),
+        "varied": varied_axes(df),
+        "best_label": None if best is None else best.label,
+        "best_output_throughput": None if best is None else float(best.output_throughput),
+    }
 
 
 def find_profiling_tables(sweep_dir: Path) -> list[Path]:
@@ -258,7 +374,7 @@ def nvtx_summaries(sweep_dir: Path) -> list[tuple[Path, pd.DataFrame]]:
         except (OSError, ValueError):
             continue
         cols = set(table.columns)
-        kind = "summary" if SUMMARY_KEYS <= cols else "ranges" if RANGES_KEYS <= cols else None
+        kind = "summary" if cols >= SUMMARY_KEYS else "ranges" if cols >= RANGES_KEYS else None
         if kind:
             by_dir.setdefault(path.parent, {}).setdefault(kind, (path, table))
     out = []
@@ -274,7 +390,7 @@ def nvtx_summaries(sweep_dir: Path) -> list[tuple[Path, pd.DataFrame]]:
             defaults = {"domain": "", "api_calls": 0, "kernels": 0}
             ranges = ranges.assign(**{c: v for c, v in defaults.items() if c not in ranges})
             out.append((path, summarize_ranges(ranges)))
-        except Exception:  # noqa: BLE001 - an unreadable profile must not cost the whole report
+        except Exception:
             continue
     return out
 
@@ -282,6 +398,7 @@ def nvtx_summaries(sweep_dir: Path) -> list[tuple[Path, pd.DataFrame]]:
 @dataclass
 class ReportData:
     """Every table the report shows, computed from the results directory alone."""
+
     sweep_dir: Path
     manifest: dict
     provenance: dict
@@ -309,11 +426,23 @@ def collect(sweep_dir: Path, points: pd.DataFrame | None = None) -> ReportData:
     df = enrich(points_table(sweep_dir) if points is None else points, point_extras(sweep_dir))
     roof, inputs, notes = roofline(df, manifest)
     return ReportData(
-        sweep_dir=sweep_dir, manifest=manifest, provenance=provenance(sweep_dir), points=df,
-        counts=summary_counts(df), throughput=throughput_series(df), latency=latency_table(df),
-        pareto=pareto_table(df), acceptance=acceptance_table(df), heatmap=heatmap_table(df),
-        problems=problems_table(df, sweep_dir), effective=effective_table(df), roofline=roof,
-        roofline_inputs=inputs, roofline_notes=notes, nvtx=nvtx_summaries(sweep_dir))
+        sweep_dir=sweep_dir,
+        manifest=manifest,
+        provenance=provenance(sweep_dir),
+        points=df,
+        counts=summary_counts(df),
+        throughput=throughput_series(df),
+        latency=latency_table(df),
+        pareto=pareto_table(df),
+        acceptance=acceptance_table(df),
+        heatmap=heatmap_table(df),
+        problems=problems_table(df, sweep_dir),
+        effective=effective_table(df),
+        roofline=roof,
+        roofline_inputs=inputs,
+        roofline_notes=notes,
+        nvtx=nvtx_summaries(sweep_dir),
+    )
 
 
 # =============================================================================================================
@@ -344,14 +473,19 @@ def series_styles(df: pd.DataFrame) -> dict[str, dict]:
     combos = sorted({key(r) for r in df.itertuples()})
     kvs = sorted({c[1] for c in combos})
     dcps = sorted({int(d) for d in df.dcp_size.dropna()})
-    palette = [f"C{i}" for i in range(10)] if len(combos) <= 10 else [
-        matplotlib.colormaps["tab20"](i % 20) for i in range(len(combos))]
+    palette = (
+        [f"C{i}" for i in range(10)]
+        if len(combos) <= 10
+        else [matplotlib.colormaps["tab20"](i % 20) for i in range(len(combos))]
+    )
     out = {}
     for r in df.drop_duplicates("series").itertuples():
         dcp = int(r.dcp_size) if r.dcp_size == r.dcp_size and r.dcp_size is not None else None
-        out[r.series] = {"color": palette[combos.index(key(r)) % len(palette)],
-                         "linestyle": LINESTYLES[kvs.index(key(r)[1]) % len(LINESTYLES)],
-                         "marker": MARKERS[dcps.index(dcp) % len(MARKERS)] if dcp in dcps else "o"}
+        out[r.series] = {
+            "color": palette[combos.index(key(r)) % len(palette)],
+            "linestyle": LINESTYLES[kvs.index(key(r)[1]) % len(LINESTYLES)],
+            "marker": MARKERS[dcps.index(dcp) % len(MARKERS)] if dcp in dcps else "o",
+        }
     return out
 
 
@@ -366,8 +500,13 @@ def shape_x(df: pd.DataFrame) -> tuple[pd.Series, list, list[str], str, bool]:
         return (df.concurrency.astype(float), vals, [str(v) for v in vals], "concurrency (requests in flight)", log)
     order = sorted(set(keys))
     pos = {k: i for i, k in enumerate(order)}
-    return (pd.Series([float(pos[k]) for k in keys], index=df.index), list(range(len(order))),
-            [f"{c}\n{i}/{o}" for c, i, o in order], "batch shape: concurrency, input/output tokens", False)
+    return (
+        pd.Series([float(pos[k]) for k in keys], index=df.index),
+        list(range(len(order))),
+        [f"{c}\n{i}/{o}" for c, i, o in order],
+        "batch shape: concurrency, input/output tokens",
+        False,
+    )
 
 
 def _shape_axis(ax, ticks, labels, xlabel, log) -> None:
@@ -401,8 +540,14 @@ def _shared_legend(fig: Figure, axes, title: str | None = None, ncol: int = 4) -
         for h, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, h)
     if seen:
-        fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=min(len(seen), ncol),
-                   fontsize=9, title=title)
+        fig.legend(
+            list(seen.values()),
+            list(seen),
+            loc="outside lower center",
+            ncol=min(len(seen), ncol),
+            fontsize=9,
+            title=title,
+        )
 
 
 def plot_throughput(series: pd.DataFrame) -> bytes | None:
@@ -418,8 +563,13 @@ def plot_throughput(series: pd.DataFrame) -> bytes | None:
     fig = _figure(12, 3.4 * len(rows) + 1.2)
     axes = fig.subplots(len(rows), 2, squeeze=False, sharex=True)
     for (prefix, dcp, grp), row_axes in zip(rows, axes):
-        for ax, (metric, ylabel) in zip(row_axes, (("output_throughput", "output tok/s (all requests)"),
-                                                   ("per_user_output_throughput", "output tok/s per user"))):
+        for ax, (metric, ylabel) in zip(
+            row_axes,
+            (
+                ("output_throughput", "output tok/s (all requests)"),
+                ("per_user_output_throughput", "output tok/s per user"),
+            ),
+        ):
             for name, s in grp.groupby("series", sort=True):
                 s = s.sort_values("_x")
                 ax.plot(s._x, s[metric], label=_line_name(name, dcp), markersize=7, linewidth=1.8, **styles[name])
@@ -430,9 +580,13 @@ def plot_throughput(series: pd.DataFrame) -> bytes | None:
             ax.set_title(prefix + ylabel.split(" (")[0] + " vs " + xlabel.split(" (")[0].split(":")[0], fontsize=10)
     for ax in np.ravel(axes[:-1]):
         ax.set_xlabel("")
-    _shared_legend(fig, axes, "draft backend / draft KV dtype"
-                   + (" / k" if series.num_speculative_tokens.nunique() > 1 else "")
-                   + (" / DCP" if len(rows) == 1 and series.dcp_size.nunique() > 1 else ""))
+    _shared_legend(
+        fig,
+        axes,
+        "draft backend / draft KV dtype"
+        + (" / k" if series.num_speculative_tokens.nunique() > 1 else "")
+        + (" / DCP" if len(rows) == 1 and series.dcp_size.nunique() > 1 else ""),
+    )
     return _png(fig)
 
 
@@ -476,17 +630,27 @@ def plot_pareto(par: pd.DataFrame) -> bytes | None:
     styles = series_styles(par)
     fig = _figure(12, 4.6)
     axes = fig.subplots(1, 2)
-    for ax, x, flag, xlabel in ((axes[0], "per_user_output_throughput", "pareto_user", "output tok/s per user"),
-                                (axes[1], "tpot_p50_ms", "pareto_tpot", "TPOT p50 (ms)")):
+    for ax, x, flag, xlabel in (
+        (axes[0], "per_user_output_throughput", "pareto_user", "output tok/s per user"),
+        (axes[1], "tpot_p50_ms", "pareto_tpot", "TPOT p50 (ms)"),
+    ):
         for name, s in par.groupby("series", sort=True):
             st = styles[name]
             ax.scatter(s[x], s.output_throughput, color=st["color"], marker=st["marker"], s=45, label=name, zorder=3)
         front = par[par[flag]].sort_values(x)
         if len(front):
-            ax.plot(front[x], front.output_throughput, color="k", linestyle="--", linewidth=1, zorder=2,
-                    label="Pareto front")
-            ax.scatter(front[x], front.output_throughput, s=170, facecolors="none", edgecolors="k",
-                       linewidths=1.5, zorder=4)
+            ax.plot(
+                front[x],
+                front.output_throughput,
+                color="k",
+                linestyle="--",
+                linewidth=1,
+                zorder=2,
+                label="Pareto front",
+            )
+            ax.scatter(
+                front[x], front.output_throughput, s=170, facecolors="none", edgecolors="k", linewidths=1.5, zorder=4
+            )
         order = sorted(par.series.unique())
         offsets = [(11, -13), (11, 6), (-30, 6), (-30, -13)]  # clear of the Pareto ring
         for r in par.itertuples():
@@ -494,9 +658,14 @@ def plot_pareto(par: pd.DataFrame) -> bytes | None:
                 continue  # many points: name only the optimal ones
             xv = getattr(r, x)
             if xv == xv and r.output_throughput == r.output_throughput:
-                ax.annotate(r.shape, (xv, r.output_throughput), textcoords="offset points",
-                            xytext=offsets[order.index(r.series) % len(offsets)], fontsize=8,
-                            color=styles[r.series]["color"])
+                ax.annotate(
+                    r.shape,
+                    (xv, r.output_throughput),
+                    textcoords="offset points",
+                    xytext=offsets[order.index(r.series) % len(offsets)],
+                    fontsize=8,
+                    color=styles[r.series]["color"],
+                )
         ax.set_xlabel(xlabel + ("  (better →)" if flag == "pareto_user" else "  (← better)"))
         ax.set_ylabel("output tok/s (better ↑)")
         ax.grid(alpha=0.3)
@@ -525,17 +694,34 @@ def plot_acceptance(acc: pd.DataFrame) -> bytes | None:
     axes = fig.subplots(len(rows), 3, squeeze=False)
     for (prefix, dcp, grp), row_axes in zip(rows, axes):
         for ax, metric, label, lim, expected in (
-                (row_axes[0], "acceptance_rate", "acceptance rate (accepted / drafted)", (0, 1.02),
-                 float(np.mean(asked)) if asked else None),
-                (row_axes[1], "mean_acceptance_length", "mean acceptance length (tokens / step)",
-                 (1, k_max + 1.05), 1 + float(np.sum(asked)) if asked else None)):
+            (
+                row_axes[0],
+                "acceptance_rate",
+                "acceptance rate (accepted / drafted)",
+                (0, 1.02),
+                float(np.mean(asked)) if asked else None,
+            ),
+            (
+                row_axes[1],
+                "mean_acceptance_length",
+                "mean acceptance length (tokens / step)",
+                (1, k_max + 1.05),
+                1 + float(np.sum(asked)) if asked else None,
+            ),
+        ):
             for name, s in grp.groupby("series", sort=True):
                 s = s.sort_values("_x")
                 ax.plot(s._x, s[metric], label=_line_name(name, dcp), markersize=7, **styles[name])
             if expected is not None:
                 ax.axhline(expected, color="k", linestyle=(0, (2, 2)), linewidth=1)
-                ax.annotate(f"asked: {expected:.3f}", (0.01, expected), xycoords=("axes fraction", "data"),
-                            xytext=(0, -12), textcoords="offset points", fontsize=8)
+                ax.annotate(
+                    f"asked: {expected:.3f}",
+                    (0.01, expected),
+                    xycoords=("axes fraction", "data"),
+                    xytext=(0, -12),
+                    textcoords="offset points",
+                    fontsize=8,
+                )
             _shape_axis(ax, ticks, tick_labels, xlabel, log)
             ax.set_title(prefix + label, fontsize=10)
             ax.grid(alpha=0.3)
@@ -545,11 +731,24 @@ def plot_acceptance(acc: pd.DataFrame) -> bytes | None:
             xs = np.arange(1, len(pos_cols) + 1)
             for r in grp.itertuples():
                 st = styles[r.series]
-                ax.plot(xs, [getattr(r, c) for c in pos_cols], color=st["color"], linestyle=st["linestyle"],
-                        marker=st["marker"], alpha=0.6, markersize=5)
+                ax.plot(
+                    xs,
+                    [getattr(r, c) for c in pos_cols],
+                    color=st["color"],
+                    linestyle=st["linestyle"],
+                    marker=st["marker"],
+                    alpha=0.6,
+                    markersize=5,
+                )
             if asked:
-                ax.plot(np.arange(1, len(asked) + 1), asked, color="k", linestyle=(0, (2, 2)), linewidth=1.2,
-                        label="asked (synthetic rates)")
+                ax.plot(
+                    np.arange(1, len(asked) + 1),
+                    asked,
+                    color="k",
+                    linestyle=(0, (2, 2)),
+                    linewidth=1.2,
+                    label="asked (synthetic rates)",
+                )
             ax.set_xticks(xs)
             ax.set_ylim(0, 1.05)
         else:
@@ -588,11 +787,26 @@ def plot_heatmap(heat: pd.DataFrame) -> bytes | None:
             for j in range(len(kvs)):
                 v = grid[i, j]
                 if v == v:
-                    ax.text(j, i, f"{v:,.0f}\ntok/s", ha="center", va="center", fontsize=10,
-                            color="white" if v < 0.6 * vmax else "black", fontweight="bold")
+                    ax.text(
+                        j,
+                        i,
+                        f"{v:,.0f}\ntok/s",
+                        ha="center",
+                        va="center",
+                        fontsize=10,
+                        color="white" if v < 0.6 * vmax else "black",
+                        fontweight="bold",
+                    )
                 else:
-                    ax.text(j, i, _wrap(notes.get((i, j)) or "not in sweep", 24), ha="center", va="center",
-                            fontsize=8, color="#7a0000")
+                    ax.text(
+                        j,
+                        i,
+                        _wrap(notes.get((i, j)) or "not in sweep", 24),
+                        ha="center",
+                        va="center",
+                        fontsize=8,
+                        color="#7a0000",
+                    )
         ax.set_xticks(range(len(kvs)), kvs)
         ax.set_yticks(range(len(backends)), backends)
         ax.set_xlabel("draft KV cache dtype")
@@ -614,8 +828,13 @@ def plot_roofline(roof: pd.DataFrame) -> bytes | None:
     y = np.arange(n)[::-1]
     h = 0.26
     ax.barh(y + h, roof.max_output_tok_s, height=h, color="#c44e52", label="max decode tok/s (top-k experts read)")
-    ax.barh(y, roof.max_output_tok_s_uniform, height=h, color="#dd8452",
-            label="max decode tok/s (uniform routing: expected distinct experts)")
+    ax.barh(
+        y,
+        roof.max_output_tok_s_uniform,
+        height=h,
+        color="#dd8452",
+        label="max decode tok/s (uniform routing: expected distinct experts)",
+    )
     ach = pd.to_numeric(roof.output_throughput, errors="coerce")
     ax.barh(y - h, ach.fillna(0), height=h, color="#4c72b0", label="achieved output tok/s")
     for yi, a, f in zip(y, ach, roof.fraction_of_max):
@@ -652,9 +871,14 @@ PLOTS = ("throughput", "latency", "pareto", "acceptance", "heatmap", "roofline")
 
 def draw_all(data: ReportData) -> dict[str, bytes | None]:
     """Every figure of the report, by name (nvtx0, nvtx1, ... for profiling tables)."""
-    out = {"throughput": plot_throughput(data.throughput), "latency": plot_latency(data.latency),
-           "pareto": plot_pareto(data.pareto), "acceptance": plot_acceptance(data.acceptance),
-           "heatmap": plot_heatmap(data.heatmap), "roofline": plot_roofline(data.roofline)}
+    out = {
+        "throughput": plot_throughput(data.throughput),
+        "latency": plot_latency(data.latency),
+        "pareto": plot_pareto(data.pareto),
+        "acceptance": plot_acceptance(data.acceptance),
+        "heatmap": plot_heatmap(data.heatmap),
+        "roofline": plot_roofline(data.roofline),
+    }
     for i, (_, summary) in enumerate(data.nvtx):
         out[f"nvtx{i}"] = plot_nvtx(summary)
     return out

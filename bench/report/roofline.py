@@ -30,6 +30,7 @@ ignored).
 
 Not modelled: activations, the sampler, prefill, kernel efficiency, launch overheads, communication.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,7 @@ GPU_BANDWIDTH = [
     ("MI325X", 6.0e12, "AMD MI325X"),
 ]
 
-DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "float32": 4, "fp32": 4,
-               "float": 4}
+DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "float32": 4, "fp32": 4, "float": 4}
 
 
 def gpu_bandwidth(gpu_name: str | None) -> tuple[float, str] | None:
@@ -75,6 +75,7 @@ def gpu_bandwidth(gpu_name: str | None) -> tuple[float, str] | None:
 
 
 # --- model configs -----------------------------------------------------------------------------------------
+
 
 def model_configs(manifest: dict) -> tuple[dict | None, dict | None, str]:
     """(target config.json dict, draft config.json dict, where they came from) for a sweep's manifest.
@@ -111,8 +112,10 @@ def _read_config(name: str | None) -> dict | None:
     except (OSError, ValueError):
         return None
     if cfg and isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (e.g. Kimi K2.5+): the LM part
-        cfg = {**cfg["text_config"], "quantization_config": cfg.get("quantization_config")
-               or cfg["text_config"].get("quantization_config")}
+        cfg = {
+            **cfg["text_config"],
+            "quantization_config": cfg.get("quantization_config") or cfg["text_config"].get("quantization_config"),
+        }
     return cfg
 
 
@@ -143,6 +146,7 @@ def kv_bytes_per_token_layer(cfg: dict, kv_dtype: str, model_bytes: int) -> floa
 
 
 # --- parameter counts --------------------------------------------------------------------------------------
+
 
 def mla_attention_params(cfg: dict, input_size: int | None = None) -> int:
     h = int(cfg["hidden_size"])
@@ -193,8 +197,11 @@ def draft_pass_params(cfg: dict) -> dict[str, float]:
 
 def draft_fc_params(cfg: dict) -> int:
     """EAGLE3 fc: the target's auxiliary hidden states (3 layers, concatenated) -> draft hidden; once per step."""
-    aux = len(cfg.get("eagle_aux_hidden_state_layer_ids") or (cfg.get("eagle_config") or {}).get(
-        "eagle_aux_hidden_state_layer_ids") or [0, 0, 0])
+    aux = len(
+        cfg.get("eagle_aux_hidden_state_layer_ids")
+        or (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+        or [0, 0, 0]
+    )
     return int(cfg.get("target_hidden_size") or cfg["hidden_size"]) * aux * int(cfg["hidden_size"])
 
 
@@ -213,18 +220,31 @@ def _bytes(params: dict[str, float], lin: float, model_bytes: int) -> float:
     return sum(v * (lin if k in LINEAR_PARTS else model_bytes) for k, v in params.items())
 
 
-def step_bytes(target: dict, draft: dict, *, concurrency: int, context_len: float, num_spec: int,
-               target_kv_dtype: str, draft_kv_dtype: str, tp: int = 1, dcp: int = 1,
-               server: dict | None = None, routing: str = "top_k") -> dict:
+def step_bytes(
+    target: dict,
+    draft: dict,
+    *,
+    concurrency: int,
+    context_len: float,
+    num_spec: int,
+    target_kv_dtype: str,
+    draft_kv_dtype: str,
+    tp: int = 1,
+    dcp: int = 1,
+    server: dict | None = None,
+    routing: str = "top_k",
+) -> dict:
     """Bytes one decode step reads on one GPU, by part (see the module docstring). routing: "top_k" (the lower
     bound: top-k experts per MoE layer) or "uniform" (expected distinct experts for the step's verify tokens)."""
     mb_t, mb_d = model_dtype_bytes(target, server), model_dtype_bytes(draft, server)
     lin_t, lin_d = linear_bytes(target, server), linear_bytes(draft)
     experts = None
     if routing == "uniform":
-        experts = expected_experts_touched(int(target.get("n_routed_experts") or 0),
-                                           int(target.get("num_experts_per_tok") or 0),
-                                           concurrency * (num_spec + 1))
+        experts = expected_experts_touched(
+            int(target.get("n_routed_experts") or 0),
+            int(target.get("num_experts_per_tok") or 0),
+            concurrency * (num_spec + 1),
+        )
     t_params = target_weight_params(target, experts)
     d_params = draft_pass_params(draft)
     target_w = _bytes(t_params, lin_t, mb_t)
@@ -234,20 +254,48 @@ def step_bytes(target: dict, draft: dict, *, concurrency: int, context_len: floa
     target_kv = t_kv_tok * context_len * concurrency
     draft_kv = num_spec * d_kv_tok * context_len * concurrency
     per_gpu = (target_w + draft_w) / tp + (target_kv + draft_kv) / dcp
-    return {"target_weight_bytes": target_w, "draft_weight_bytes": draft_w, "target_kv_bytes": target_kv,
-            "draft_kv_bytes": draft_kv, "target_kv_bytes_per_token": t_kv_tok, "draft_kv_bytes_per_token": d_kv_tok,
-            "routed_experts_read": experts if experts is not None else int(target.get("num_experts_per_tok") or 0),
-            "bytes_per_step_per_gpu": per_gpu}
+    return {
+        "target_weight_bytes": target_w,
+        "draft_weight_bytes": draft_w,
+        "target_kv_bytes": target_kv,
+        "draft_kv_bytes": draft_kv,
+        "target_kv_bytes_per_token": t_kv_tok,
+        "draft_kv_bytes_per_token": d_kv_tok,
+        "routed_experts_read": experts if experts is not None else int(target.get("num_experts_per_tok") or 0),
+        "bytes_per_step_per_gpu": per_gpu,
+    }
 
 
 # --- per point ---------------------------------------------------------------------------------------------
 
-ROOFLINE_COLUMNS = ["point_id", "label", "concurrency", "input_len", "output_len", "context_len", "tp", "dcp_size",
-                    "num_speculative_tokens", "target_kv_dtype", "draft_kv_cache_dtype", "mean_acceptance_length",
-                    "tokens_per_step", "target_weight_bytes", "draft_weight_bytes", "target_kv_bytes",
-                    "draft_kv_bytes", "bytes_per_step_per_gpu", "bandwidth_bytes_s", "max_output_tok_s",
-                    "output_throughput", "fraction_of_max", "uniform_experts_read",
-                    "bytes_per_step_uniform", "max_output_tok_s_uniform", "fraction_of_max_uniform"]
+ROOFLINE_COLUMNS = [
+    "point_id",
+    "label",
+    "concurrency",
+    "input_len",
+    "output_len",
+    "context_len",
+    "tp",
+    "dcp_size",
+    "num_speculative_tokens",
+    "target_kv_dtype",
+    "draft_kv_cache_dtype",
+    "mean_acceptance_length",
+    "tokens_per_step",
+    "target_weight_bytes",
+    "draft_weight_bytes",
+    "target_kv_bytes",
+    "draft_kv_bytes",
+    "bytes_per_step_per_gpu",
+    "bandwidth_bytes_s",
+    "max_output_tok_s",
+    "output_throughput",
+    "fraction_of_max",
+    "uniform_experts_read",
+    "bytes_per_step_uniform",
+    "max_output_tok_s_uniform",
+    "fraction_of_max_uniform",
+]
 
 
 def roofline(points: pd.DataFrame, manifest: dict) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
@@ -280,26 +328,57 @@ def roofline(points: pd.DataFrame, manifest: dict) -> tuple[pd.DataFrame, pd.Dat
         dcp = int(r.dcp_size or 1)
         ctx = r.input_len + r.output_len / 2
         t_kv = str(server.get("kv_cache_dtype") or "auto")
-        kw = dict(concurrency=int(r.concurrency), context_len=ctx, num_spec=int(r.num_speculative_tokens),
-                  target_kv_dtype=t_kv, draft_kv_dtype=str(r.draft_kv_cache_dtype), tp=tp, dcp=dcp, server=server)
+        kw = dict(
+            concurrency=int(r.concurrency),
+            context_len=ctx,
+            num_spec=int(r.num_speculative_tokens),
+            target_kv_dtype=t_kv,
+            draft_kv_dtype=str(r.draft_kv_cache_dtype),
+            tp=tp,
+            dcp=dcp,
+            server=server,
+        )
         b = step_bytes(target, draft, **kw)
         u = step_bytes(target, draft, routing="uniform", **kw)
         tokens = r.concurrency * mal
         max_tps = bw[0] / b["bytes_per_step_per_gpu"] * tokens
         max_u = bw[0] / u["bytes_per_step_per_gpu"] * tokens
         out = _num(r.output_throughput)
-        rows.append({
-            "point_id": r.point_id, "label": getattr(r, "label", r.point_id), "concurrency": r.concurrency,
-            "input_len": r.input_len, "output_len": r.output_len, "context_len": ctx, "tp": tp, "dcp_size": dcp,
-            "num_speculative_tokens": r.num_speculative_tokens, "target_kv_dtype": t_kv,
-            "draft_kv_cache_dtype": r.draft_kv_cache_dtype, "mean_acceptance_length": mal,
-            "tokens_per_step": tokens, **{k: b[k] for k in ("target_weight_bytes", "draft_weight_bytes",
-                                                               "target_kv_bytes", "draft_kv_bytes",
-                                                               "bytes_per_step_per_gpu")},
-            "bandwidth_bytes_s": bw[0], "max_output_tok_s": max_tps, "output_throughput": out,
-            "fraction_of_max": None if out is None else out / max_tps,
-            "uniform_experts_read": u["routed_experts_read"], "bytes_per_step_uniform": u["bytes_per_step_per_gpu"],
-            "max_output_tok_s_uniform": max_u, "fraction_of_max_uniform": None if out is None else out / max_u})
+        rows.append(
+            {
+                "point_id": r.point_id,
+                "label": getattr(r, "label", r.point_id),
+                "concurrency": r.concurrency,
+                "input_len": r.input_len,
+                "output_len": r.output_len,
+                "context_len": ctx,
+                "tp": tp,
+                "dcp_size": dcp,
+                "num_speculative_tokens": r.num_speculative_tokens,
+                "target_kv_dtype": t_kv,
+                "draft_kv_cache_dtype": r.draft_kv_cache_dtype,
+                "mean_acceptance_length": mal,
+                "tokens_per_step": tokens,
+                **{
+                    k: b[k]
+                    for k in (
+                        "target_weight_bytes",
+                        "draft_weight_bytes",
+                        "target_kv_bytes",
+                        "draft_kv_bytes",
+                        "bytes_per_step_per_gpu",
+                    )
+                },
+                "bandwidth_bytes_s": bw[0],
+                "max_output_tok_s": max_tps,
+                "output_throughput": out,
+                "fraction_of_max": None if out is None else out / max_tps,
+                "uniform_experts_read": u["routed_experts_read"],
+                "bytes_per_step_uniform": u["bytes_per_step_per_gpu"],
+                "max_output_tok_s_uniform": max_u,
+                "fraction_of_max_uniform": None if out is None else out / max_u,
+            }
+        )
     if missing:
         notes.append(f"{missing} ok point(s) have no measured mean acceptance length: left out.")
     if not len(ok):
@@ -307,27 +386,55 @@ def roofline(points: pd.DataFrame, manifest: dict) -> tuple[pd.DataFrame, pd.Dat
     return pd.DataFrame(rows, columns=cols), inputs, notes
 
 
-def model_inputs_table(target: dict | None, draft: dict | None, source: str, machine: dict,
-                       bw: tuple[float, str] | None) -> pd.DataFrame:
+def model_inputs_table(
+    target: dict | None, draft: dict | None, source: str, machine: dict, bw: tuple[float, str] | None
+) -> pd.DataFrame:
     """Every input of the model, as (quantity, value, where from) rows."""
-    rows = [("model configs", source, "manifest profile.model"),
-            ("GPU", machine.get("gpu_name") or f"none ({machine.get('platform')})", "manifest environment.machine"),
-            ("HBM bandwidth per GPU", f"{bw[0] / 1e12:g} TB/s ({bw[1]})" if bw else "unknown",
-             "bench.report.roofline.GPU_BANDWIDTH")]
+    rows = [
+        ("model configs", source, "manifest profile.model"),
+        ("GPU", machine.get("gpu_name") or f"none ({machine.get('platform')})", "manifest environment.machine"),
+        (
+            "HBM bandwidth per GPU",
+            f"{bw[0] / 1e12:g} TB/s ({bw[1]})" if bw else "unknown",
+            "bench.report.roofline.GPU_BANDWIDTH",
+        ),
+    ]
     for role, cfg in (("target", target), ("draft", draft)):
         if not cfg:
             continue
-        keys = ["architectures", "hidden_size", "num_hidden_layers", "num_attention_heads", "q_lora_rank",
-                "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "intermediate_size",
-                "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok", "n_shared_experts",
-                "first_k_dense_replace", "vocab_size", "draft_vocab_size", "target_hidden_size", "torch_dtype"]
+        keys = [
+            "architectures",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "v_head_dim",
+            "intermediate_size",
+            "moe_intermediate_size",
+            "n_routed_experts",
+            "num_experts_per_tok",
+            "n_shared_experts",
+            "first_k_dense_replace",
+            "vocab_size",
+            "draft_vocab_size",
+            "target_hidden_size",
+            "torch_dtype",
+        ]
         for k in keys:
             if k in cfg and cfg[k] is not None:
                 v = cfg[k]
                 rows.append((f"{role}.{k}", ", ".join(v) if isinstance(v, list) else str(v), "config.json"))
         q = cfg.get("quantization_config")
-        rows.append((f"{role} linear weight bytes/param", f"{linear_bytes(cfg):g}",
-                     f"quantization_config: {q.get('quant_method')}" if q else "torch_dtype (no quantization)"))
+        rows.append(
+            (
+                f"{role} linear weight bytes/param",
+                f"{linear_bytes(cfg):g}",
+                f"quantization_config: {q.get('quant_method')}" if q else "torch_dtype (no quantization)",
+            )
+        )
     if target and draft:
         tp_ = target_weight_params(target)
         dp = draft_pass_params(draft)
@@ -336,8 +443,13 @@ def model_inputs_table(target: dict | None, draft: dict | None, source: str, mac
         for k, v in dp.items():
             rows.append((f"draft params read per pass: {k}", f"{v:,.0f}", "derived"))
         rows.append(("draft fc params (once per step)", f"{draft_fc_params(draft):,.0f}", "derived"))
-        rows.append(("MLA latent elements per token per layer",
-                     f"{target['kv_lora_rank']} + {target['qk_rope_head_dim']}", "kv_lora_rank + qk_rope_head_dim"))
+        rows.append(
+            (
+                "MLA latent elements per token per layer",
+                f"{target['kv_lora_rank']} + {target['qk_rope_head_dim']}",
+                "kv_lora_rank + qk_rope_head_dim",
+            )
+        )
     return pd.DataFrame(rows, columns=["quantity", "value", "source"])
 
 

@@ -1,4 +1,5 @@
 """Pure analysis: a results directory -> tidy pandas tables. No printing, no plotting."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,14 +8,43 @@ import pandas as pd
 
 from bench.store import SweepStore
 
-POINT_COLUMNS = ["point_id", "engine_id", "status", "reason", "draft_attention_backend", "draft_kv_cache_dtype",
-                 "dcp_size", "num_speculative_tokens", "concurrency", "input_len", "output_len", "acceptance_mode",
-                 "output_throughput", "per_user_output_throughput", "request_throughput",
-                 "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms",
-                 "itl_p50_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "errors",
-                 "acceptance_rate", "mean_acceptance_length", "per_position_acceptance",
-                 "target_attention_backend_ran", "draft_attention_backend_ran", "kv_cache_dtype_ran",
-                 "cudagraph_mode", "mismatch", "detail"]
+POINT_COLUMNS = [
+    "point_id",
+    "engine_id",
+    "status",
+    "reason",
+    "draft_attention_backend",
+    "draft_kv_cache_dtype",
+    "dcp_size",
+    "num_speculative_tokens",
+    "concurrency",
+    "input_len",
+    "output_len",
+    "acceptance_mode",
+    "output_throughput",
+    "per_user_output_throughput",
+    "request_throughput",
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p90_ms",
+    "tpot_p99_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "e2e_p50_ms",
+    "e2e_p99_ms",
+    "errors",
+    "acceptance_rate",
+    "mean_acceptance_length",
+    "per_position_acceptance",
+    "target_attention_backend_ran",
+    "draft_attention_backend_ran",
+    "kv_cache_dtype_ran",
+    "cudagraph_mode",
+    "mismatch",
+    "detail",
+]
 
 
 def point_row(p: dict) -> dict:
@@ -25,22 +55,40 @@ def point_row(p: dict) -> dict:
         return (m.get(metric) or {}).get(q)
 
     return {
-        "point_id": p["point_id"], "engine_id": p["engine_id"], "status": p["status"], "reason": p.get("reason"),
-        "draft_attention_backend": eng["draft_attention_backend"], "draft_kv_cache_dtype": eng["draft_kv_cache_dtype"],
-        "dcp_size": eng["dcp_size"], "num_speculative_tokens": eng["num_speculative_tokens"],
-        "concurrency": cfg["shape"]["concurrency"], "input_len": cfg["shape"]["input_len"],
-        "output_len": cfg["shape"]["output_len"], "acceptance_mode": eng["acceptance"]["mode"],
-        "output_throughput": m.get("output_throughput"), "per_user_output_throughput": m.get("per_user_output_throughput"),
+        "point_id": p["point_id"],
+        "engine_id": p["engine_id"],
+        "status": p["status"],
+        "reason": p.get("reason"),
+        "draft_attention_backend": eng["draft_attention_backend"],
+        "draft_kv_cache_dtype": eng["draft_kv_cache_dtype"],
+        "dcp_size": eng["dcp_size"],
+        "num_speculative_tokens": eng["num_speculative_tokens"],
+        "concurrency": cfg["shape"]["concurrency"],
+        "input_len": cfg["shape"]["input_len"],
+        "output_len": cfg["shape"]["output_len"],
+        "acceptance_mode": eng["acceptance"]["mode"],
+        "output_throughput": m.get("output_throughput"),
+        "per_user_output_throughput": m.get("per_user_output_throughput"),
         "request_throughput": m.get("request_throughput"),
-        "ttft_p50_ms": pct("ttft_ms", "p50"), "ttft_p90_ms": pct("ttft_ms", "p90"), "ttft_p99_ms": pct("ttft_ms", "p99"),
-        "tpot_p50_ms": pct("tpot_ms", "p50"), "tpot_p90_ms": pct("tpot_ms", "p90"), "tpot_p99_ms": pct("tpot_ms", "p99"),
-        "itl_p50_ms": pct("itl_ms", "p50"), "itl_p99_ms": pct("itl_ms", "p99"),
-        "e2e_p50_ms": pct("e2e_ms", "p50"), "e2e_p99_ms": pct("e2e_ms", "p99"), "errors": m.get("errors"),
-        "acceptance_rate": s.get("acceptance_rate"), "mean_acceptance_length": s.get("mean_acceptance_length"),
+        "ttft_p50_ms": pct("ttft_ms", "p50"),
+        "ttft_p90_ms": pct("ttft_ms", "p90"),
+        "ttft_p99_ms": pct("ttft_ms", "p99"),
+        "tpot_p50_ms": pct("tpot_ms", "p50"),
+        "tpot_p90_ms": pct("tpot_ms", "p90"),
+        "tpot_p99_ms": pct("tpot_ms", "p99"),
+        "itl_p50_ms": pct("itl_ms", "p50"),
+        "itl_p99_ms": pct("itl_ms", "p99"),
+        "e2e_p50_ms": pct("e2e_ms", "p50"),
+        "e2e_p99_ms": pct("e2e_ms", "p99"),
+        "errors": m.get("errors"),
+        "acceptance_rate": s.get("acceptance_rate"),
+        "mean_acceptance_length": s.get("mean_acceptance_length"),
         "per_position_acceptance": s.get("per_position_acceptance"),
         "target_attention_backend_ran": e.get("target_attention_backend"),
-        "draft_attention_backend_ran": e.get("draft_attention_backend"), "kv_cache_dtype_ran": e.get("kv_cache_dtype"),
-        "cudagraph_mode": e.get("cudagraph_mode"), "mismatch": "; ".join(p.get("mismatch") or []) or None,
+        "draft_attention_backend_ran": e.get("draft_attention_backend"),
+        "kv_cache_dtype_ran": e.get("kv_cache_dtype"),
+        "cudagraph_mode": e.get("cudagraph_mode"),
+        "mismatch": "; ".join(p.get("mismatch") or []) or None,
         "detail": p.get("detail"),
     }
 
@@ -48,8 +96,18 @@ def point_row(p: dict) -> dict:
 def points_table(sweep_dir: Path) -> pd.DataFrame:
     rows = [point_row(p) for p in SweepStore(sweep_dir).points().values()]
     df = pd.DataFrame(rows, columns=POINT_COLUMNS)
-    return df.sort_values(["draft_attention_backend", "draft_kv_cache_dtype", "dcp_size", "num_speculative_tokens",
-                           "concurrency", "input_len", "output_len"], kind="stable").reset_index(drop=True)
+    return df.sort_values(
+        [
+            "draft_attention_backend",
+            "draft_kv_cache_dtype",
+            "dcp_size",
+            "num_speculative_tokens",
+            "concurrency",
+            "input_len",
+            "output_len",
+        ],
+        kind="stable",
+    ).reset_index(drop=True)
 
 
 def provenance(sweep_dir: Path) -> dict:
@@ -57,12 +115,16 @@ def provenance(sweep_dir: Path) -> dict:
     env, vllm = m["environment"], m["environment"].get("vllm", {})
     machine = env["machine"]
     return {
-        "profile": m["profile"]["name"], "created": m["created"],
+        "profile": m["profile"]["name"],
+        "created": m["created"],
         "vllm": f"{vllm.get('vllm_version')} ({vllm.get('distribution')}) at {vllm.get('vllm_root')}",
         "patches": ", ".join(f"{f['fix']}: {f['state']}" for f in vllm.get("fixes", [])) or vllm.get("problem"),
-        "machine": (f"{machine['gpus']} x {machine['gpu_name']} ({machine['arch']}, driver {machine['driver']})"
-                    if machine["platform"] == "gpu" else f"CPU: {machine['cpu']} ({machine['cpu_count']} cores)"),
+        "machine": (
+            f"{machine['gpus']} x {machine['gpu_name']} ({machine['arch']}, driver {machine['driver']})"
+            if machine["platform"] == "gpu"
+            else f"CPU: {machine['cpu']} ({machine['cpu_count']} cores)"
+        ),
         "bench": f"{env['bench_version']} git {(env['suite_git'] or {}).get('sha') or '?'}"
-                 f"{' (dirty)' if (env['suite_git'] or {}).get('dirty') else ''}",
+        f"{' (dirty)' if (env['suite_git'] or {}).get('dirty') else ''}",
         "python": env["python"],
     }

@@ -5,6 +5,7 @@ for every DCP rank, and prints (JSON) what it passed to build_attn_metadata: seq
 The real prepare_dcp_local_seq_lens Triton kernel runs under the Triton interpreter: vLLM swaps triton for a
 placeholder on CPU, so the module is rebound to real triton and the kernel re-jitted (FACTS.md).
 """
+
 import json
 import sys
 from types import SimpleNamespace
@@ -12,7 +13,6 @@ from types import SimpleNamespace
 import torch
 import triton
 import triton.language as tl
-
 import vllm
 from vllm.v1.worker.gpu import cp_utils
 from vllm.v1.worker.gpu.input_batch import InputBuffers
@@ -37,16 +37,23 @@ def build(seq_lens, cp_size, cp_rank, cp_interleave, num_reqs_padded):
     s.block_tables = SimpleNamespace(
         input_block_tables=[torch.zeros(max_reqs, 8, dtype=torch.int32)],
         slot_mappings=torch.zeros(1, 64, dtype=torch.int64),
-        cp_size=cp_size, cp_rank=cp_rank, cp_interleave=cp_interleave)
+        cp_size=cp_size,
+        cp_rank=cp_rank,
+        cp_interleave=cp_interleave,
+    )
     s.attn_groups, s.draft_max_seq_len, s.kv_cache_config = [], 4096, None
     calls.clear()
-    s._build_draft_attn_metadata(num_reqs=len(seq_lens), num_reqs_padded=num_reqs_padded,
-                                 num_tokens_padded=num_reqs_padded)
+    s._build_draft_attn_metadata(
+        num_reqs=len(seq_lens), num_reqs_padded=num_reqs_padded, num_tokens_padded=num_reqs_padded
+    )
     (kw,) = calls
     local = kw.get("dcp_local_seq_lens")
     return {"seq_lens": kw["seq_lens"].tolist(), "dcp_local_seq_lens": None if local is None else local.tolist()}
 
 
 cases = json.loads(sys.argv[1])
-print(json.dumps({"vllm_version": vllm.__version__, "speculator_file": spec_mod.__file__,
-                  "results": [build(**c) for c in cases]}))
+print(
+    json.dumps(
+        {"vllm_version": vllm.__version__, "speculator_file": spec_mod.__file__, "results": [build(**c) for c in cases]}
+    )
+)

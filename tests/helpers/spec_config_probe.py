@@ -3,6 +3,7 @@ draft model's config gets on each runner path. Run in a fresh process: the vLLM 
 
 argv: TARGET_DIR DRAFT_DIR JSON_LIST_OF_SPECULATIVE_CONFIG_OVERRIDES (one result line per entry)
 """
+
 import json
 import sys
 from types import SimpleNamespace
@@ -17,16 +18,22 @@ def main(target: str, draft: str, spec_json: str) -> dict:
 
     spec = {"method": "eagle3", "model": draft, "num_speculative_tokens": 3, **json.loads(spec_json)}
     try:
-        config = EngineArgs(model=target, load_format="dummy", speculative_config=spec, enforce_eager=True,
-                            max_model_len=512).create_engine_config()
+        config = EngineArgs(
+            model=target, load_format="dummy", speculative_config=spec, enforce_eager=True, max_model_len=512
+        ).create_engine_config()
     except Exception as exc:  # the error text is what the test checks
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     sc = config.speculative_config
-    out = {"ok": True, "attention_backend": name(sc.attention_backend), "kv_cache_dtype": sc.kv_cache_dtype,
-           "draft_attention_backend": name(getattr(sc, "draft_attention_backend", None)),
-           "draft_kv_cache_dtype": getattr(sc, "draft_kv_cache_dtype", None),
-           "target_kv_cache_dtype": config.cache_config.cache_dtype}
+    out = {
+        "ok": True,
+        "attention_backend": name(sc.attention_backend),
+        "kv_cache_dtype": sc.kv_cache_dtype,
+        "draft_attention_backend": name(getattr(sc, "draft_attention_backend", None)),
+        "draft_kv_cache_dtype": getattr(sc, "draft_kv_cache_dtype", None),
+        "target_kv_cache_dtype": config.cache_config.cache_dtype,
+    }
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
     v1 = SpecDecodeBaseProposer._create_draft_vllm_config(SimpleNamespace(speculative_config=sc, vllm_config=config))
     out["v1_draft_backend"] = name(v1.attention_config.backend)
     out["v1_draft_cache_dtype"] = v1.cache_config.cache_dtype

@@ -1,5 +1,6 @@
 """The real 0.26.0 `_build_draft_attn_metadata`, imported from the unpacked wheel on this CPU machine (its pure
 Python runs on the installed torch; the Triton kernel runs under TRITON_INTERPRET=1), called with cp_size > 1."""
+
 from __future__ import annotations
 
 import json
@@ -22,15 +23,22 @@ CASES = [
 
 def local_len(length: int, size: int, rank: int, interleave: int) -> int:
     """FACTS.md: tokens of a sequence of `length` that DCP rank `rank` holds."""
-    return (length // (size * interleave)) * interleave + min(max(length % (size * interleave) - rank * interleave, 0),
-                                                              interleave)
+    return (length // (size * interleave)) * interleave + min(
+        max(length % (size * interleave) - rank * interleave, 0), interleave
+    )
 
 
 def run_probe(site, tmp_path):
     cases = [{**c, "cp_rank": r} for c in CASES for r in range(c["cp_size"])]
     env = {**vllm_env(tmp_path), "PYTHONPATH": str(site), "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, str(HELPERS / "dcp_probe.py"), json.dumps(cases)], capture_output=True,
-                          text=True, env=env, cwd=tmp_path, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(HELPERS / "dcp_probe.py"), json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["vllm_version"] == "0.26.0" and out["speculator_file"].startswith(str(site))

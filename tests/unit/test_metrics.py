@@ -6,8 +6,17 @@ from bench.server import classify_log, server_argv
 
 
 def rec(send, chunks, tokens, end, status="ok", phase="measure", prompt_len=8):
-    return {"phase": phase, "status": status, "send_time": send, "end_time": end, "chunk_times": chunks,
-            "chunk_tokens": tokens, "output_tokens": sum(tokens), "prompt_len": prompt_len, "error": None}
+    return {
+        "phase": phase,
+        "status": status,
+        "send_time": send,
+        "end_time": end,
+        "chunk_times": chunks,
+        "chunk_tokens": tokens,
+        "output_tokens": sum(tokens),
+        "prompt_len": prompt_len,
+        "error": None,
+    }
 
 
 def test_multi_token_chunks_give_token_accurate_itl_and_tpot():
@@ -21,9 +30,12 @@ def test_multi_token_chunks_give_token_accurate_itl_and_tpot():
 
 
 def test_summary_throughput_and_unknowns():
-    recs = [rec(0.0, [0.1, 0.2], [1, 3], 0.2, phase="warmup"),
-            rec(1.0, [1.1, 1.3], [1, 3], 1.3), rec(1.0, [1.2, 1.5], [1, 3], 2.0),
-            {**rec(1.0, [], [], 1.1, status="error"), "error": "HTTP 500"}]
+    recs = [
+        rec(0.0, [0.1, 0.2], [1, 3], 0.2, phase="warmup"),
+        rec(1.0, [1.1, 1.3], [1, 3], 1.3),
+        rec(1.0, [1.2, 1.5], [1, 3], 2.0),
+        {**rec(1.0, [], [], 1.1, status="error"), "error": "HTTP 500"},
+    ]
     s = M.summarize(recs)
     assert (s["requests"], s["completed"], s["errors"]) == (3, 2, 1)
     assert s["duration_s"] == pytest.approx(1.0) and s["output_throughput"] == pytest.approx(8.0)
@@ -53,8 +65,10 @@ def test_spec_delta_over_window():
 
 
 def test_effective_config_and_mismatch_flags():
-    log = ("INFO Using AttentionBackendEnum.FLASHMLA backend.\nINFO Using TRITON_MLA backend.\n"
-           "'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: 2> decode_context_parallel_size=1")
+    log = (
+        "INFO Using AttentionBackendEnum.FLASHMLA backend.\nINFO Using TRITON_MLA backend.\n"
+        "'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: 2> decode_context_parallel_size=1"
+    )
     eff = read_effective(log, M.parse_prometheus(METRICS_TEXT))
     assert eff["target_attention_backend"] == "FLASHMLA" and eff["draft_attention_backend"] == "TRITON_MLA"
     assert eff["kv_cache_dtype"] == "fp8" and eff["cudagraph_mode"] == "FULL_AND_PIECEWISE"
@@ -63,21 +77,35 @@ def test_effective_config_and_mismatch_flags():
     assert len(flags) == 3 and flags[0] == "dcp_size: asked 2, ran 1"
 
 
-@pytest.mark.parametrize("line, reason", [
-    ("pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig\n"
-     "draft_attention_backend\n  Unexpected keyword argument [type=unexpected_keyword_argument", "unpatched-draft-keys"),
-    ("    seq_lens = seq_lens[:num_reqs]\nTypeError: 'NoneType' object is not subscriptable", "dcp-draft-seq-lens-none"),
-    ("ValueError: Selected backend AttentionBackendEnum.FLASHMLA is not valid for this configuration. "
-     "Reason: ['block_size not supported']", "invalid-backend-combination"),
-    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", "out-of-memory"),
-    ("AssertionError: Synthetic acceptance not supported with CPU sampling", "synthetic-acceptance-unsupported"),
-    ("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue", "engine-dead"),
-    # Seen on an H200, vLLM 0.26.0, FLASHMLA draft with fp8 draft KV: the root cause wins over EngineDeadError.
-    ("(EngineCore pid=2898) ERROR 12-02 15:49:23 [core.py:1332] RuntimeError: call, /opt/venv/lib/python3.12/"
-     "site-packages/torch/include/torch/csrc/stable/stableivalue_conversions.h:544, Not yet supported ScalarType "
-     "46, please file an issue describing your use case.\nvllm.v1.engine.exceptions.EngineDeadError: EngineCore",
-     "kernel-dtype-unsupported"),
-])
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        (
+            "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig\n"
+            "draft_attention_backend\n  Unexpected keyword argument [type=unexpected_keyword_argument",
+            "unpatched-draft-keys",
+        ),
+        (
+            "    seq_lens = seq_lens[:num_reqs]\nTypeError: 'NoneType' object is not subscriptable",
+            "dcp-draft-seq-lens-none",
+        ),
+        (
+            "ValueError: Selected backend AttentionBackendEnum.FLASHMLA is not valid for this configuration. "
+            "Reason: ['block_size not supported']",
+            "invalid-backend-combination",
+        ),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", "out-of-memory"),
+        ("AssertionError: Synthetic acceptance not supported with CPU sampling", "synthetic-acceptance-unsupported"),
+        ("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue", "engine-dead"),
+        # Seen on an H200, vLLM 0.26.0, FLASHMLA draft with fp8 draft KV: the root cause wins over EngineDeadError.
+        (
+            "(EngineCore pid=2898) ERROR 12-02 15:49:23 [core.py:1332] RuntimeError: call, /opt/venv/lib/python3.12/"
+            "site-packages/torch/include/torch/csrc/stable/stableivalue_conversions.h:544, Not yet supported ScalarType "
+            "46, please file an issue describing your use case.\nvllm.v1.engine.exceptions.EngineDeadError: EngineCore",
+            "kernel-dtype-unsupported",
+        ),
+    ],
+)
 def test_failure_signatures(line, reason):
     found = classify_log("INFO start\n" + line + "\nINFO more")
     assert found[0] == reason
@@ -85,8 +113,15 @@ def test_failure_signatures(line, reason):
 
 
 def test_server_argv_maps_vllm_names():
-    argv = server_argv("/m", "n", 9, {"enforce_eager": True, "max_model_len": 512, "trust_remote_code": False,
-                                      "compilation_config": {"mode": 0}}, {"method": "eagle3"}, 2, "dummy")
+    argv = server_argv(
+        "/m",
+        "n",
+        9,
+        {"enforce_eager": True, "max_model_len": 512, "trust_remote_code": False, "compilation_config": {"mode": 0}},
+        {"method": "eagle3"},
+        2,
+        "dummy",
+    )
     assert argv[argv.index("--decode-context-parallel-size") + 1] == "2"
     assert "--enforce-eager" in argv and "--trust-remote-code" not in argv
     assert argv[argv.index("--compilation-config") + 1] == '{"mode": 0}'

@@ -34,6 +34,7 @@ def test_deterministic_and_idempotent_with_zero_norm_weights(tmp_path):
     assert digest(a.target) == before
 
     from safetensors.torch import load_file
+
     target, draft = load_file(str(a.target / "model.safetensors")), load_file(str(a.draft / "model.safetensors"))
     assert float(target["model.norm.weight"].abs().sum()) == 0.0 and float(draft["norm.weight"].abs().sum()) == 0.0
     assert float(target["model.layers.0.input_layernorm.weight"].float().mean()) == 1.0

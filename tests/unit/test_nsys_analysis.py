@@ -4,6 +4,7 @@ Golden numbers were computed independently with raw sqlite3 queries (a correlate
 CUPTI_ACTIVITY_KIND_RUNTIME (same globalTid, call inside the range) -> CUPTI_ACTIVITY_KIND_KERNEL (same
 correlationId and process)), not with the code under test; the queries are in docs/nsys-analysis.md.
 """
+
 from __future__ import annotations
 
 import lzma
@@ -23,15 +24,24 @@ from bench.profiling.nsys_analysis import analyze, analyze_file, range_label, su
 from bench.profiling.plot import plot_range_breakdown
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURES = next((p for p in (Path(os.environ.get("BENCH_NSYS_FIXTURES", REPO / "shared" / "fixtures" / "nsys")),
-                             REPO.parent / "shared" / "fixtures" / "nsys") if p.is_dir()),
-                REPO / "shared" / "fixtures" / "nsys")
+FIXTURES = next(
+    (
+        p
+        for p in (
+            Path(os.environ.get("BENCH_NSYS_FIXTURES", REPO / "shared" / "fixtures" / "nsys")),
+            REPO.parent / "shared" / "fixtures" / "nsys",
+        )
+        if p.is_dir()
+    ),
+    REPO / "shared" / "fixtures" / "nsys",
+)
 MATMUL = FIXTURES / "h200-nvtx-matmul.sqlite"
 VLLM_XZ = FIXTURES / "h200-vllm0.26-eagle3-flashmla-fp8.sqlite.xz"
 
 # In CI the fixtures must be there (shared/ beside the clone): a missing one fails instead of skipping.
-pytestmark = pytest.mark.skipif((not MATMUL.is_file() or not VLLM_XZ.is_file()) and not os.environ.get("CI"),
-                                reason="nsys fixtures not available")
+pytestmark = pytest.mark.skipif(
+    (not MATMUL.is_file() or not VLLM_XZ.is_file()) and not os.environ.get("CI"), reason="nsys fixtures not available"
+)
 
 # bench:decode / torch_range, in time order (raw sqlite3: SUM(k.end - k.start) per range; one kernel each)
 DECODE_GPU = [2670954, 2669578, 2662186, 2660682, 2662986]
@@ -67,6 +77,7 @@ def writable_copy(tmp_path: Path, name: str = "copy.sqlite") -> Path:
 
 
 # --- the small torch export --------------------------------------------------------------------------------
+
 
 def test_matmul_ranges_names_domains_and_cpu_times(matmul):
     r = matmul.ranges
@@ -122,6 +133,7 @@ def test_matmul_summary_and_meta(matmul):
 
 # --- the vLLM export ---------------------------------------------------------------------------------------
 
+
 def test_vllm_ranges_and_per_process_domains(vllm):
     r = vllm.ranges
     assert len(r) == 47
@@ -141,8 +153,7 @@ def test_vllm_gpu_attribution(vllm):
     assert len(with_gpu) == 15 and with_gpu["kernels"].sum() == 30 and (with_gpu["kernels"] == 2).all()
     assert cccl["gpu_sum_ns"].sum() == 30848 and cccl["gpu_busy_ns"].sum() == 30848
     first = cccl.iloc[0]
-    assert (first["cpu_ns"], first["api_calls"], first["gpu_busy_ns"], first["gpu_span_ns"]) == (142882, 5, 2080,
-                                                                                                54559)
+    assert (first["cpu_ns"], first["api_calls"], first["gpu_busy_ns"], first["gpu_span_ns"]) == (142882, 5, 2080, 54559)
     assert r[r["name"] == "bench:measure"].iloc[0][["api_calls", "kernels", "gpu_busy_ns"]].tolist() == [0, 0, 0]
     k = vllm.kernels
     assert set(k["kernel"]) == {"DeviceScanInitKernel", "DeviceScanKernel"}
@@ -195,17 +206,23 @@ def test_analyze_entry_point(tmp_path):
 
 # --- synthetic additions on a copy of the real export (clearly not nsys output) ----------------------------
 
+
 def test_whole_graph_trace_counts_and_overlap_union(tmp_path):
     """A GRAPH_TRACE row launched inside the 2nd bench:decode range, overlapping its gemm by 1000 ns for
     half its 2000 ns: gpu_sum counts both, gpu_busy the union."""
     path = writable_copy(tmp_path)
     with sqlite3.connect(path) as con:
-        corr, gpid = con.execute("SELECT correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL "
-                                 "WHERE correlationId = 1560").fetchone()
-        con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INTEGER, end INTEGER, deviceId INTEGER, "
-                    "streamId INTEGER, correlationId INTEGER, globalPid INTEGER, graphId INTEGER)")
-        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, 0, 7, ?, ?, 42)",
-                    (4152898946 - 1000, 4152898946 + 1000, corr, gpid))
+        corr, gpid = con.execute(
+            "SELECT correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE correlationId = 1560"
+        ).fetchone()
+        con.execute(
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INTEGER, end INTEGER, deviceId INTEGER, "
+            "streamId INTEGER, correlationId INTEGER, globalPid INTEGER, graphId INTEGER)"
+        )
+        con.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, 0, 7, ?, ?, 42)",
+            (4152898946 - 1000, 4152898946 + 1000, corr, gpid),
+        )
     res = analyze_file(path)
     second = res.ranges[res.ranges["name"] == "bench:decode"].iloc[1]
     assert (second["graphs"], second["launches"]) == (1, 1)  # same API call launched both
@@ -217,8 +234,10 @@ def test_whole_graph_trace_counts_and_overlap_union(tmp_path):
 def test_open_ranges_are_left_out_and_reported(tmp_path):
     path = writable_copy(tmp_path)
     with sqlite3.connect(path) as con:
-        con.execute("UPDATE NVTX_EVENTS SET end = NULL WHERE rowid = (SELECT rowid FROM NVTX_EVENTS "
-                    "WHERE text = 'torch_range' ORDER BY start LIMIT 1)")
+        con.execute(
+            "UPDATE NVTX_EVENTS SET end = NULL WHERE rowid = (SELECT rowid FROM NVTX_EVENTS "
+            "WHERE text = 'torch_range' ORDER BY start LIMIT 1)"
+        )
     res = analyze_file(path)
     assert len(res.ranges) == 9
     assert any("1 NVTX range(s) never ended" in w for w in res.warnings)
@@ -235,8 +254,21 @@ def test_nvtx_only_export_gives_zero_gpu_columns(tmp_path):
 
 
 def test_summary_of_no_ranges_and_empty_plot(tmp_path):
-    empty = summarize_ranges(pd.DataFrame(columns=["domain", "name", "cpu_ns", "gpu_busy_ns", "gpu_span_ns",
-                                                   "gpu_sum_ns", "api_calls", "launches", "kernels"]))
+    empty = summarize_ranges(
+        pd.DataFrame(
+            columns=[
+                "domain",
+                "name",
+                "cpu_ns",
+                "gpu_busy_ns",
+                "gpu_span_ns",
+                "gpu_sum_ns",
+                "api_calls",
+                "launches",
+                "kernels",
+            ]
+        )
+    )
     assert empty.empty and "cpu_ns_p90" in empty.columns
     assert plot_range_breakdown(empty, tmp_path / "e.png").is_file()
 
@@ -248,6 +280,7 @@ def test_range_label():
 
 
 # --- refused inputs ----------------------------------------------------------------------------------------
+
 
 def refused(path, match: str):
     with pytest.raises(BenchError, match=match) as info:
@@ -281,7 +314,7 @@ def test_truncated_copy(tmp_path):
 def test_corrupt_pages(tmp_path):
     path = writable_copy(tmp_path)
     data = bytearray(path.read_bytes())
-    data[20 * 4096:25 * 4096] = b"\xff" * (5 * 4096)
+    data[20 * 4096 : 25 * 4096] = b"\xff" * (5 * 4096)
     path.write_bytes(bytes(data))
     refused(path, "corrupt SQLite file")
 
@@ -301,11 +334,14 @@ def test_truncated_and_bogus_xz(tmp_path, monkeypatch):
     assert list((tmp_path / "tmp").iterdir()) == []  # temp copies removed on failure
 
 
-@pytest.mark.parametrize("table, match", [
-    ("NVTX_EVENTS", "required table NVTX_EVENTS is missing"),
-    ("CUPTI_ACTIVITY_KIND_RUNTIME", "required table CUPTI_ACTIVITY_KIND_RUNTIME is missing"),
-    ("StringIds", "not an Nsight Systems export"),
-])
+@pytest.mark.parametrize(
+    "table, match",
+    [
+        ("NVTX_EVENTS", "required table NVTX_EVENTS is missing"),
+        ("CUPTI_ACTIVITY_KIND_RUNTIME", "required table CUPTI_ACTIVITY_KIND_RUNTIME is missing"),
+        ("StringIds", "not an Nsight Systems export"),
+    ],
+)
 def test_required_table_dropped(tmp_path, table, match):
     path = writable_copy(tmp_path)
     with sqlite3.connect(path) as con:

@@ -18,9 +18,16 @@ def test_kimi_profile_plans_fully_for_an_h200_node():
 
 
 def test_constraints_skip_with_reasons():
-    data = {"name": "c", "server": {"tensor_parallel_size": 4},
-            "axes": {"draft_attention_backend": ["TRITON_MLA", "FLASH_ATTN_MLA", "FLASHINFER_MLA"],
-                     "draft_kv_cache_dtype": ["fp8"], "dcp_size": [1, 3], "shapes": ["1x8x8"]}}
+    data = {
+        "name": "c",
+        "server": {"tensor_parallel_size": 4},
+        "axes": {
+            "draft_attention_backend": ["TRITON_MLA", "FLASH_ATTN_MLA", "FLASHINFER_MLA"],
+            "draft_kv_cache_dtype": ["fp8"],
+            "dcp_size": [1, 3],
+            "shapes": ["1x8x8"],
+        },
+    }
     plan = make_plan(parse_profile(data, "gpu", "c.toml"), Machine("gpu", 2, "sm90"))
     reasons = {(p.engine.draft_attention_backend, p.engine.dcp_size): p.skip_reason for p in plan.skipped}
     assert reasons[("TRITON_MLA", 3)] == "dcp_size 3 does not divide tensor_parallel_size 4"
@@ -33,17 +40,28 @@ def test_constraints_skip_with_reasons():
 
 
 def test_cpu_constraints():
-    data = {"name": "c", "axes": {"draft_attention_backend": ["CPU_MLA", "TRITON_MLA"],
-                                  "draft_kv_cache_dtype": ["auto", "fp8"], "shapes": ["1x8x8"]},
-            "acceptance": {"mode": "real"}}
+    data = {
+        "name": "c",
+        "axes": {
+            "draft_attention_backend": ["CPU_MLA", "TRITON_MLA"],
+            "draft_kv_cache_dtype": ["auto", "fp8"],
+            "shapes": ["1x8x8"],
+        },
+        "acceptance": {"mode": "real"},
+    }
     plan = make_plan(parse_profile(data, "cpu", "c.toml"), CPU)
     assert [(p.engine.draft_attention_backend, p.engine.draft_kv_cache_dtype) for p in plan.runnable] == [
-        ("CPU_MLA", "auto")]
+        ("CPU_MLA", "auto")
+    ]
     assert {p.skip_reason.split(" (")[0] for p in plan.skipped} == {
-        "CPU has no fp8 KV cache", "backend TRITON_MLA does not run on CPU"}
+        "CPU has no fp8 KV cache",
+        "backend TRITON_MLA does not run on CPU",
+    }
     synthetic = dict(data, acceptance={"mode": "synthetic", "mean_length": 2.5})
-    assert "synthetic acceptance not supported" in make_plan(parse_profile(synthetic, "cpu", "c.toml"),
-                                                             CPU).skipped[0].skip_reason
+    assert (
+        "synthetic acceptance not supported"
+        in make_plan(parse_profile(synthetic, "cpu", "c.toml"), CPU).skipped[0].skip_reason
+    )
 
 
 def test_point_ids_are_stable_and_config_sensitive():
@@ -55,9 +73,12 @@ def test_point_ids_are_stable_and_config_sensitive():
 
 
 def test_synthetic_rates_fill_to_k():
-    data = {"name": "s", "axes": {"num_speculative_tokens": [5], "shapes": ["1x8x8"]},
-            "acceptance": {"mode": "synthetic", "rates": [0.65, 0.40, 0.25]}}
-    (engine, _), = make_plan(parse_profile(data, "gpu", "s.toml"), H200).groups
+    data = {
+        "name": "s",
+        "axes": {"num_speculative_tokens": [5], "shapes": ["1x8x8"]},
+        "acceptance": {"mode": "synthetic", "rates": [0.65, 0.40, 0.25]},
+    }
+    ((engine, _),) = make_plan(parse_profile(data, "gpu", "s.toml"), H200).groups
     spec = engine.speculative_config("/d")
     assert spec["synthetic_acceptance_rates"] == [0.65, 0.40, 0.25, 0.25, 0.25]
     assert spec["rejection_sample_method"] == "synthetic" and spec["num_speculative_tokens"] == 5
@@ -68,10 +89,15 @@ def test_dcp_profile_needs_two_gpus_and_select_keeps_only_the_asked_points():
     assert two.counts() == {"points": 16, "runnable": 16, "skipped": 0, "servers": 8}
     assert {p.engine.dcp_size for p in two.runnable} == {1, 2}
     one = make_plan(load_profile("tiny-dcp", "gpu"), Machine("gpu", 1, "sm90"))
-    assert one.counts()["runnable"] == 0 and {p.skip_reason for p in one.skipped} == {
-        "needs 2 GPUs, the machine has 1"}
-    target = next(p for p in two.runnable if p.engine.dcp_size == 2 and p.engine.draft_attention_backend ==
-                  "TRITON_MLA" and p.engine.draft_kv_cache_dtype == "auto" and p.shape.concurrency == 8)
+    assert one.counts()["runnable"] == 0 and {p.skip_reason for p in one.skipped} == {"needs 2 GPUs, the machine has 1"}
+    target = next(
+        p
+        for p in two.runnable
+        if p.engine.dcp_size == 2
+        and p.engine.draft_attention_backend == "TRITON_MLA"
+        and p.engine.draft_kv_cache_dtype == "auto"
+        and p.shape.concurrency == 8
+    )
     picked = two.select([target.id[:6]])
     assert [p.id for p in picked.runnable] == [target.id] and picked.counts()["servers"] == 1
     both = two.select([target.id, two.runnable[-1].id])

@@ -2,6 +2,7 @@
 import and at once, idempotence, the missing-target warning, inactivity by default, the NVTX dummy-domain
 guard, the timing file schema and the wrappers' overhead. A GPU test (marker gpu) checks CUDA-event timing
 and that nothing is recorded into a CUDA graph being captured."""
+
 from __future__ import annotations
 
 import ast
@@ -24,10 +25,21 @@ from bench.profiling.nsys_analysis import RANGE_GPU_COLUMNS, summarize_ranges
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "nvtx-ranges.md"
-REQUIRED = {targets.DRAFT_ATTN_METADATA, targets.DRAFT_PROPOSE, targets.TARGET_FORWARD, targets.SAMPLE_REJECTION,
-            targets.ENGINE_STEP}
-ENV_KEYS = (plugin.ENV_NVTX, plugin.ENV_TIMING, plugin.ENV_TIMING_DIR, plugin.ENV_WARNED, targets.EXTRA_TARGETS_ENV,
-            *plugin.TOOL_ENV)
+REQUIRED = {
+    targets.DRAFT_ATTN_METADATA,
+    targets.DRAFT_PROPOSE,
+    targets.TARGET_FORWARD,
+    targets.SAMPLE_REJECTION,
+    targets.ENGINE_STEP,
+}
+ENV_KEYS = (
+    plugin.ENV_NVTX,
+    plugin.ENV_TIMING,
+    plugin.ENV_TIMING_DIR,
+    plugin.ENV_WARNED,
+    targets.EXTRA_TARGETS_ENV,
+    *plugin.TOOL_ENV,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -62,7 +74,8 @@ def fake_pkg(tmp_path, monkeypatch):
     pkg = tmp_path / "site" / name
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "runner.py").write_text(textwrap.dedent("""
+    (pkg / "runner.py").write_text(
+        textwrap.dedent("""
         CALLS = []
         class Base:
             def build(self, x):
@@ -78,7 +91,8 @@ def fake_pkg(tmp_path, monkeypatch):
                 return (cls.__name__, x)
         class Sub(Base):
             pass
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     yield name
     for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
@@ -87,16 +101,21 @@ def fake_pkg(tmp_path, monkeypatch):
 
 def rows_for(pkg: str, *extra: targets.Target) -> list[targets.Target]:
     mod = f"{pkg}.runner"
-    return [targets.Target("bench.t.build", mod, ("Sub.build",)), targets.Target("bench.t.stat", mod, ("Base.stat",)),
-            targets.Target("bench.t.klass", mod, ("Base.klass",)), *extra]
+    return [
+        targets.Target("bench.t.build", mod, ("Sub.build",)),
+        targets.Target("bench.t.stat", mod, ("Base.stat",)),
+        targets.Target("bench.t.klass", mod, ("Base.klass",)),
+        *extra,
+    ]
 
 
 # --- the table -----------------------------------------------------------------------------------------------
 
+
 def test_every_line_has_the_required_ranges_and_well_formed_rows():
     assert set(targets.TABLES) == {"0.26", "0.32", "0.33"}
     for line, rows in targets.TABLES.items():
-        assert REQUIRED <= {r.range for r in rows}, line
+        assert {r.range for r in rows} >= REQUIRED, line
         for row in rows:
             assert row.range in targets.RANGE_NAMES and row.range.startswith(f"{targets.DOMAIN}.")
             assert row.module.startswith("vllm.") and row.attrs and all("." in a for a in row.attrs)
@@ -107,27 +126,45 @@ def test_every_line_has_the_required_ranges_and_well_formed_rows():
 def test_draft_metadata_rows_follow_the_rename():
     def attrs(line):
         return {a for r in targets.TABLES[line] if r.range == targets.DRAFT_ATTN_METADATA for a in r.attrs}
-    assert "DraftModelSpeculator._build_draft_attn_metadata" == next(
-        r.attrs[0] for r in targets.TABLES["0.26"] if r.module.endswith("gpu.spec_decode.speculator"))
-    assert next(r.attrs[0] for r in targets.TABLES["0.33"]
-                if r.module.endswith("gpu.spec_decode.speculator")) == "DraftModelSpeculator._build_attn_metadata"
+
+    assert (
+        next(r.attrs[0] for r in targets.TABLES["0.26"] if r.module.endswith("gpu.spec_decode.speculator"))
+        == "DraftModelSpeculator._build_draft_attn_metadata"
+    )
+    assert (
+        next(r.attrs[0] for r in targets.TABLES["0.33"] if r.module.endswith("gpu.spec_decode.speculator"))
+        == "DraftModelSpeculator._build_attn_metadata"
+    )
     for line in targets.TABLES:
         assert "SpecDecodeBaseProposer.build_per_group_and_layer_attn_metadata" in attrs(line)
 
 
-@pytest.mark.parametrize("version, expected", [
-    ("0.32.0", ("0.32", True)), ("0.32.0+cpu", ("0.32", True)), ("0.26.1", ("0.26", True)),
-    ("0.33.0rc1", ("0.33", True)), ("0.30.0", ("0.26", False)), ("0.40.2", ("0.33", False)),
-    ("0.20.0", ("0.26", False)), ("dev", ("0.33", False)), ("", ("0.33", False))])
+@pytest.mark.parametrize(
+    "version, expected",
+    [
+        ("0.32.0", ("0.32", True)),
+        ("0.32.0+cpu", ("0.32", True)),
+        ("0.26.1", ("0.26", True)),
+        ("0.33.0rc1", ("0.33", True)),
+        ("0.30.0", ("0.26", False)),
+        ("0.40.2", ("0.33", False)),
+        ("0.20.0", ("0.26", False)),
+        ("dev", ("0.33", False)),
+        ("", ("0.33", False)),
+    ],
+)
 def test_line_for_version(version, expected):
     assert targets.line_for(version) == expected
 
 
 def test_extra_targets_parse():
     rows, bad = targets.parse_extra_targets(
-        "bench.user.a=vllm.x.y:C.f; bench.user.b=vllm.z:C.g|C.h\nnot-an-entry;bench.c=vllm.q:;=vllm.r:C.f; ;")
-    assert [(r.range, r.module, r.attrs) for r in rows] == [("bench.user.a", "vllm.x.y", ("C.f",)),
-                                                            ("bench.user.b", "vllm.z", ("C.g", "C.h"))]
+        "bench.user.a=vllm.x.y:C.f; bench.user.b=vllm.z:C.g|C.h\nnot-an-entry;bench.c=vllm.q:;=vllm.r:C.f; ;"
+    )
+    assert [(r.range, r.module, r.attrs) for r in rows] == [
+        ("bench.user.a", "vllm.x.y", ("C.f",)),
+        ("bench.user.b", "vllm.z", ("C.g", "C.h")),
+    ]
     assert bad == ["not-an-entry", "bench.c=vllm.q:", "=vllm.r:C.f"]
     assert targets.parse_extra_targets(None) == ([], [])
 
@@ -140,21 +177,26 @@ def defined_in_source(root: Path, module: str, qualname: str, seen=()) -> bool:
     if not path.is_file():
         return False
     tree = ast.parse(path.read_text())
-    imported = {a.asname or a.name: n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module
-                for a in n.names}
+    imported = {
+        a.asname or a.name: n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module for a in n.names
+    }
     cls, attr = qualname.split(".")
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == cls:
             if any(isinstance(i, (ast.FunctionDef, ast.AsyncFunctionDef)) and i.name == attr for i in node.body):
                 return True
-            return any(defined_in_source(root, imported.get(b.id, module), f"{b.id}.{attr}", seen + (qualname,))
-                       for b in node.bases if isinstance(b, ast.Name) and f"{b.id}.{attr}" not in seen)
+            return any(
+                defined_in_source(root, imported.get(b.id, module), f"{b.id}.{attr}", seen + (qualname,))
+                for b in node.bases
+                if isinstance(b, ast.Name) and f"{b.id}.{attr}" not in seen
+            )
     return False
 
 
 def check_table(root: Path, line: str) -> None:
-    missing = [r.names() for r in targets.TABLES[line]
-               if not any(defined_in_source(root, r.module, a) for a in r.attrs)]
+    missing = [
+        r.names() for r in targets.TABLES[line] if not any(defined_in_source(root, r.module, a) for a in r.attrs)
+    ]
     assert not missing, f"rows of table {line} not in the sources at {root}: {missing}"
 
 
@@ -189,8 +231,13 @@ def test_plugin_modules_import_nothing_else_from_the_suite():
     for name in ("plugin", "targets", "timing"):
         tree = ast.parse((REPO / "bench" / "profiling" / f"{name}.py").read_text())
         for node in ast.walk(tree):
-            mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                    else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            mods = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             for mod in mods:
                 if mod == "bench" or mod.startswith("bench."):
                     assert name == "plugin" and mod in allowed, f"{name}.py imports {mod}"
@@ -198,10 +245,17 @@ def test_plugin_modules_import_nothing_else_from_the_suite():
 
 # --- activation, wrapping, idempotence ---------------------------------------------------------------------
 
+
 def run_python(code: str, env: dict, tmp_path: Path) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in ENV_KEYS}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env={**clean, **env}, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**clean, **env},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_inactive_by_default(tmp_path):
@@ -237,8 +291,14 @@ def test_wraps_on_import_and_records(fake_pkg, tmp_path):
     assert runner.Sub.build.__wrapped__ is runner.Base.build and runner.Sub.build.__name__ == "build"
     prof.recorder.close()
     df = timing.load_timing_dir(tmp_path)
-    assert list(df["name"]) == ["bench.t.build", "bench.t.stat", "bench.t.stat", "bench.t.klass", "bench.t.klass",
-                                "bench.t.build"]  # the raising call is recorded too
+    assert list(df["name"]) == [
+        "bench.t.build",
+        "bench.t.stat",
+        "bench.t.stat",
+        "bench.t.klass",
+        "bench.t.klass",
+        "bench.t.build",
+    ]  # the raising call is recorded too
     assert (df["pid"] == os.getpid()).all() and (df["cpu_ns"] > 0).all()
 
 
@@ -342,12 +402,14 @@ def test_register_never_raises(monkeypatch, log_records):
 
     def broken(**_):
         raise RuntimeError("table exploded")
+
     monkeypatch.setattr(plugin, "activate", broken)
     plugin.register()
     assert any("failed to register" in r.getMessage() and r.exc_info for r in log_records)
 
 
 # --- missing targets -------------------------------------------------------------------------------------------
+
 
 def test_missing_target_warned_once_listing_names(fake_pkg, tmp_path, log_records):
     mod = f"{fake_pkg}.runner"
@@ -387,6 +449,7 @@ def test_module_exists_without_importing(fake_pkg):
 
 # --- NVTX --------------------------------------------------------------------------------------------------------
 
+
 def test_dummy_domain_guard():
     nvtx = pytest.importorskip("nvtx")
     dummy = nvtx._lib.DummyDomain()
@@ -414,8 +477,7 @@ def test_dummy_domain_under_an_injected_tool_logs_an_error(tmp_path):
         plugin.register()
         print("registered", plugin._PROFILER.domain)
     """
-    out = run_python(code, {plugin.ENV_NVTX: "1", "NVTX_INJECTION64_PATH": str(tmp_path / "missing-tool.so")},
-                     tmp_path)
+    out = run_python(code, {plugin.ENV_NVTX: "1", "NVTX_INJECTION64_PATH": str(tmp_path / "missing-tool.so")}, tmp_path)
     assert out.returncode == 0 and "registered None" in out.stdout, out.stderr
     assert "bench profiling ERROR" in out.stderr and "DummyDomain" in out.stderr
 
@@ -454,13 +516,25 @@ def test_nvtx_push_pop_around_the_call_also_on_error():
 
 # --- timing files --------------------------------------------------------------------------------------------------
 
+
 def nsys_range_columns() -> list[str]:
-    return ["range_id", "domain", "name", "kind", "pid", "tid", "global_tid", "start_ns", "end_ns", "cpu_ns",
-            *RANGE_GPU_COLUMNS]
+    return [
+        "range_id",
+        "domain",
+        "name",
+        "kind",
+        "pid",
+        "tid",
+        "global_tid",
+        "start_ns",
+        "end_ns",
+        "cpu_ns",
+        *RANGE_GPU_COLUMNS,
+    ]
 
 
 def test_timing_schema_is_the_nsys_ranges_schema(tmp_path):
-    assert timing.RANGE_COLUMNS == nsys_range_columns()
+    assert nsys_range_columns() == timing.RANGE_COLUMNS
     rec = timing.TimingRecorder(tmp_path)
     outer = plugin.make_wrapper(lambda: [inner() for _ in range(3)], "bench.outer", recorder=rec)
     inner = plugin.make_wrapper(lambda: None, "bench.inner", recorder=rec)
@@ -484,10 +558,21 @@ def test_timing_schema_is_the_nsys_ranges_schema(tmp_path):
 
 
 def test_timing_file_reading_edge_cases(tmp_path):
-    head = {"format": "bench-timing", "version": 1, "fields": list(timing.FIELDS),
-            "gpu_fields": list(timing.GPU_FIELDS), "domain": "bench", "pid": 42}
-    lines = [json.dumps(head), '[1,"bench.a",42,100,200]', '[2,"bench.b",42,150,180]', '["gpu",1,1000,1900,900]',
-             '[3,"bench.a",42,300,4']  # torn last line (killed mid-write)
+    head = {
+        "format": "bench-timing",
+        "version": 1,
+        "fields": list(timing.FIELDS),
+        "gpu_fields": list(timing.GPU_FIELDS),
+        "domain": "bench",
+        "pid": 42,
+    }
+    lines = [
+        json.dumps(head),
+        '[1,"bench.a",42,100,200]',
+        '[2,"bench.b",42,150,180]',
+        '["gpu",1,1000,1900,900]',
+        '[3,"bench.a",42,300,4',
+    ]  # torn last line (killed mid-write)
     (tmp_path / "timing-42.jsonl").write_text("\n".join(lines))
     df = timing.load_timing_dir(tmp_path)
     assert list(df["name"]) == ["bench.a", "bench.b"] and list(df["cpu_ns"]) == [100, 30]
@@ -531,6 +616,7 @@ def test_forked_child_writes_its_own_file(tmp_path):
 
 # --- overhead --------------------------------------------------------------------------------------------------
 
+
 def per_call_ns(fn, number=100_000, repeat=5) -> float:
     return min(timeit.repeat(lambda: fn(1), number=number, repeat=repeat)) / number * 1e9
 
@@ -538,6 +624,7 @@ def per_call_ns(fn, number=100_000, repeat=5) -> float:
 def test_overhead_with_no_tool_attached_is_under_a_microsecond():
     def noop(x):
         return x
+
     base = per_call_ns(noop)
     wrapped = plugin.make_wrapper(noop, "bench.x")  # what BENCH_NVTX=1 installs when no tool is attached
     assert per_call_ns(wrapped) - base < 1000
@@ -547,6 +634,7 @@ def test_overhead_with_no_tool_attached_is_under_a_microsecond():
 
 
 # --- GPU ---------------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.gpu
 def test_cuda_event_timing_and_graph_capture(tmp_path):

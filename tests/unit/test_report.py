@@ -32,20 +32,45 @@ def test_points_table_values_from_records():
 def test_md_table_renders_missing_as_dash():
     df = pd.DataFrame([{"a": None, "b": 1234.5678, "c": [0.5, 0.25]}])
     assert md_table(df, {"a": ("A", 0), "b": ("B", 1), "c": ("C", 2)}) == (
-        "| A | B | C |\n|---|---|---|\n| - | 1,234.6 | 0.50/0.25 |")
+        "| A | B | C |\n|---|---|---|\n| - | 1,234.6 | 0.50/0.25 |"
+    )
 
 
 def test_report_of_a_sweep_with_only_skipped_points(tmp_path):
     from bench.store import SweepStore
 
     store = SweepStore(tmp_path / "s")
-    store.write_manifest({"created": "t", "profile": {"name": "x"}, "plan": [], "counts": {}, "environment": {
-        "machine": {"platform": "cpu", "cpu": "c", "cpu_count": 2}, "bench_version": "0", "suite_git": None,
-        "python": "3", "vllm": {"problem": "no vllm"}}})
-    engine = {"draft_attention_backend": "CPU_MLA", "draft_kv_cache_dtype": "fp8", "dcp_size": 1,
-              "num_speculative_tokens": 3, "acceptance": {"mode": "real"}}
-    store.save_point({"point_id": "a", "engine_id": "e", "status": "skipped", "reason": "CPU has no fp8 KV cache",
-                      "config": {"engine": engine, "shape": {"concurrency": 1, "input_len": 8, "output_len": 8}},
-                      "label": {"engine": "x", "shape": "1x8x8"}})
+    store.write_manifest(
+        {
+            "created": "t",
+            "profile": {"name": "x"},
+            "plan": [],
+            "counts": {},
+            "environment": {
+                "machine": {"platform": "cpu", "cpu": "c", "cpu_count": 2},
+                "bench_version": "0",
+                "suite_git": None,
+                "python": "3",
+                "vllm": {"problem": "no vllm"},
+            },
+        }
+    )
+    engine = {
+        "draft_attention_backend": "CPU_MLA",
+        "draft_kv_cache_dtype": "fp8",
+        "dcp_size": 1,
+        "num_speculative_tokens": 3,
+        "acceptance": {"mode": "real"},
+    }
+    store.save_point(
+        {
+            "point_id": "a",
+            "engine_id": "e",
+            "status": "skipped",
+            "reason": "CPU has no fp8 KV cache",
+            "config": {"engine": engine, "shape": {"concurrency": 1, "input_len": 8, "output_len": 8}},
+            "label": {"engine": "x", "shape": "1x8x8"},
+        }
+    )
     text = build_report(store.root)["summary"].read_text()
     assert "0 ok, 0 failed, 1 skipped." in text and "| CPU has no fp8 KV cache | - |" in text

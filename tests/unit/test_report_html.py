@@ -1,5 +1,6 @@
 """report.html and its analysis: known answers on the committed H200 results, the roofline byte count by hand,
 and synthetic results directories with unknowns (None), failures only, a single point, a CPU machine."""
+
 from __future__ import annotations
 
 import base64
@@ -21,8 +22,18 @@ from bench.store import SweepStore
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "reports" / "examples" / "tiny-gpu-h200"
 BLOCK64 = REPO / "reports" / "examples" / "tiny-block64-gpu-h200"
-SECTIONS = ["results", "throughput", "latency", "pareto", "acceptance", "heatmap", "roofline", "problems",
-            "effective", "provenance"]
+SECTIONS = [
+    "results",
+    "throughput",
+    "latency",
+    "pareto",
+    "acceptance",
+    "heatmap",
+    "roofline",
+    "problems",
+    "effective",
+    "provenance",
+]
 
 
 class Page(HTMLParser):
@@ -64,13 +75,18 @@ def example_csv(tmp_path_factory):
 
 # --- analysis on the committed example ------------------------------------------------------------------------
 
+
 def test_heatmap_cells_are_the_best_throughput_at_the_largest_concurrency(example, example_csv):
     _, csv = example_csv
     heat = example.heatmap.set_index(["draft_attention_backend", "draft_kv_cache_dtype"])
     assert set(heat.concurrency) == {32}
     for kv in ("auto", "fp8"):
-        rows = csv[(csv.status == "ok") & (csv.concurrency == 32) & (csv.draft_attention_backend == "TRITON_MLA")
-                   & (csv.draft_kv_cache_dtype == kv)]
+        rows = csv[
+            (csv.status == "ok")
+            & (csv.concurrency == 32)
+            & (csv.draft_attention_backend == "TRITON_MLA")
+            & (csv.draft_kv_cache_dtype == kv)
+        ]
         assert heat.loc[("TRITON_MLA", kv), "value"] == pytest.approx(rows.output_throughput.max())
     assert heat.loc[("TRITON_MLA", "auto"), "value"] == pytest.approx(3841.8590473793415)
     assert heat.loc[("TRITON_MLA", "fp8"), "value"] == pytest.approx(3740.3528762227984)
@@ -83,8 +99,12 @@ def test_heatmap_cells_are_the_best_throughput_at_the_largest_concurrency(exampl
 def test_pareto_membership(example):
     par = example.pareto.set_index("label")
     # Output tok/s vs per-user tok/s: fp8 wins at c1 and c8; at c32 auto has more total, fp8 more per user.
-    assert set(par.index[par.pareto_user]) == {"TRITON_MLA/fp8 c1", "TRITON_MLA/fp8 c8", "TRITON_MLA/auto c32",
-                                               "TRITON_MLA/fp8 c32"}
+    assert set(par.index[par.pareto_user]) == {
+        "TRITON_MLA/fp8 c1",
+        "TRITON_MLA/fp8 c8",
+        "TRITON_MLA/auto c32",
+        "TRITON_MLA/fp8 c32",
+    }
     # Output tok/s vs TPOT p50 (lower is better): fp8 c32 has higher TPOT and lower throughput than auto c32.
     assert set(par.index[par.pareto_tpot]) == {"TRITON_MLA/fp8 c1", "TRITON_MLA/fp8 c8", "TRITON_MLA/auto c32"}
 
@@ -116,7 +136,9 @@ def test_series_and_varied_axes(example):
     assert P.varied_axes(example.points) == ["draft_attention_backend", "draft_kv_cache_dtype", "concurrency"]
     assert set(example.throughput.series) == {"TRITON_MLA/auto", "TRITON_MLA/fp8"}
     assert example.throughput.groupby("series").concurrency.apply(list).to_dict() == {
-        "TRITON_MLA/auto": [1, 8, 32], "TRITON_MLA/fp8": [1, 8, 32]}
+        "TRITON_MLA/auto": [1, 8, 32],
+        "TRITON_MLA/fp8": [1, 8, 32],
+    }
 
 
 def test_problems_carry_reasons_and_log_signature():
@@ -132,38 +154,62 @@ def test_problems_carry_reasons_and_log_signature():
 
 # --- roofline ------------------------------------------------------------------------------------------------
 
+
 def test_roofline_bytes_by_hand_for_the_tiny_gpu_model():
     t, d = target_config(FLAVORS["gpu"]), draft_config(FLAVORS["gpu"])
     hidden, heads, q_lora, kv_lora, rope, nope, v = 1024, 8, 1536, 512, 64, 128, 128
     # MLA attention: q_a + q_a norm + q_b, kv_a (with rope) + kv_a norm, kv_b, o
-    attn = (hidden * q_lora + q_lora + q_lora * heads * (nope + rope) + hidden * (kv_lora + rope) + kv_lora
-            + kv_lora * heads * (nope + v) + heads * v * hidden)
+    attn = (
+        hidden * q_lora
+        + q_lora
+        + q_lora * heads * (nope + rope)
+        + hidden * (kv_lora + rope)
+        + kv_lora
+        + kv_lora * heads * (nope + v)
+        + heads * v * hidden
+    )
     assert attn == 6_621_184
-    expert = 3 * hidden * 512                       # gate/up/down of one expert, moe_intermediate_size 512
-    target_params = (4 * (attn + 2 * hidden)        # 4 layers: attention + 2 RMSNorms
-                     + 3 * hidden * 2048            # layer 0 dense MLP (first_k_dense_replace = 1)
-                     + 3 * (hidden * 16 + 16        # 3 MoE layers: router (+ noaux_tc bias)
-                            + 1 * expert            # 1 shared expert
-                            + 4 * expert)           # top-4 routed experts
-                     + hidden + 2048 * hidden)      # final norm, lm_head (vocab 2048)
+    expert = 3 * hidden * 512  # gate/up/down of one expert, moe_intermediate_size 512
+    target_params = (
+        4 * (attn + 2 * hidden)  # 4 layers: attention + 2 RMSNorms
+        + 3 * hidden * 2048  # layer 0 dense MLP (first_k_dense_replace = 1)
+        + 3
+        * (
+            hidden * 16
+            + 16  # 3 MoE layers: router (+ noaux_tc bias)
+            + 1 * expert  # 1 shared expert
+            + 4 * expert
+        )  # top-4 routed experts
+        + hidden
+        + 2048 * hidden
+    )  # final norm, lm_head (vocab 2048)
     assert target_params == 58_524_720
-    draft_attn = (2 * hidden * q_lora + q_lora + q_lora * heads * (nope + rope) + 2 * hidden * (kv_lora + rope)
-                  + kv_lora + kv_lora * heads * (nope + v) + heads * v * hidden)  # layer 0 input: 2 x hidden
+    draft_attn = (
+        2 * hidden * q_lora
+        + q_lora
+        + q_lora * heads * (nope + rope)
+        + 2 * hidden * (kv_lora + rope)
+        + kv_lora
+        + kv_lora * heads * (nope + v)
+        + heads * v * hidden
+    )  # layer 0 input: 2 x hidden
     draft_pass = draft_attn + 3 * hidden + 3 * hidden * 2048 + hidden + 2048 * hidden
     assert draft_pass == 17_176_576
     fc = 3 * hidden * hidden
     k, conc, ctx = 3, 32, 128 + 128 / 2
-    weights = 2 * target_params + 2 * (k * draft_pass + fc)              # bf16
-    kv = (4 * (kv_lora + rope) * 2 * ctx * conc                           # target KV auto = bf16
-          + k * 1 * (kv_lora + rope) * 1 * ctx * conc)                    # draft KV fp8, 1 layer, k passes
+    weights = 2 * target_params + 2 * (k * draft_pass + fc)  # bf16
+    kv = (
+        4 * (kv_lora + rope) * 2 * ctx * conc  # target KV auto = bf16
+        + k * 1 * (kv_lora + rope) * 1 * ctx * conc
+    )  # draft KV fp8, 1 layer, k passes
     assert weights + kv == 265_328_736
-    b = R.step_bytes(t, d, concurrency=conc, context_len=ctx, num_spec=k, target_kv_dtype="auto",
-                     draft_kv_dtype="fp8")
+    b = R.step_bytes(t, d, concurrency=conc, context_len=ctx, num_spec=k, target_kv_dtype="auto", draft_kv_dtype="fp8")
     assert b["bytes_per_step_per_gpu"] == 265_328_736
     assert b["target_weight_bytes"] == 2 * target_params and b["draft_kv_bytes"] == 10_616_832
     # TP halves the weights per GPU, DCP halves the KV per GPU.
-    b2 = R.step_bytes(t, d, concurrency=conc, context_len=ctx, num_spec=k, target_kv_dtype="auto",
-                      draft_kv_dtype="fp8", tp=2, dcp=2)
+    b2 = R.step_bytes(
+        t, d, concurrency=conc, context_len=ctx, num_spec=k, target_kv_dtype="auto", draft_kv_dtype="fp8", tp=2, dcp=2
+    )
     assert b2["bytes_per_step_per_gpu"] == pytest.approx(265_328_736 / 2)
 
 
@@ -193,8 +239,9 @@ def test_kv_dtypes_and_bandwidth_table():
 
 def test_real_model_config_read_from_its_folder_or_unknown(tmp_path):
     (tmp_path / "t").mkdir()
-    (tmp_path / "t" / "config.json").write_text('{"text_config": {"hidden_size": 7168}, '
-                                                 '"quantization_config": {"quant_method": "fp8"}}')
+    (tmp_path / "t" / "config.json").write_text(
+        '{"text_config": {"hidden_size": 7168}, "quantization_config": {"quant_method": "fp8"}}'
+    )
     manifest = {"profile": {"model": {"target": str(tmp_path / "t"), "draft": "/nonexistent/draft"}}}
     target, draft, note = R.model_configs(manifest)
     assert target["hidden_size"] == 7168 and R.linear_bytes(target) == 1.0
@@ -202,6 +249,7 @@ def test_real_model_config_read_from_its_folder_or_unknown(tmp_path):
 
 
 # --- HTML ----------------------------------------------------------------------------------------------------
+
 
 def test_html_has_every_section_and_only_data_uri_images(example_csv):
     paths, _ = example_csv
@@ -216,11 +264,26 @@ def test_html_has_every_section_and_only_data_uri_images(example_csv):
         assert (paths[f"plot_{im['data-plot']}"]).read_bytes() == png
     assert not page.links and all("src" not in s for s in page.scripts)
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", text)  # nothing external
-    assert {"results", "latency", "pareto", "acceptance", "heatmap", "roofline", "roofline-inputs", "problems",
-            "effective"} <= set(page.tables)
+    assert {
+        "results",
+        "latency",
+        "pareto",
+        "acceptance",
+        "heatmap",
+        "roofline",
+        "roofline-inputs",
+        "problems",
+        "effective",
+    } <= set(page.tables)
     body = " ".join(page.text)
-    for needle in ("invalid-backend-combination", "0.26.0", "draft-overrides: applied", "NVIDIA H200",
-                   "This is a model, not a measurement", "4.8 TB/s"):
+    for needle in (
+        "invalid-backend-combination",
+        "0.26.0",
+        "draft-overrides: applied",
+        "NVIDIA H200",
+        "This is a model, not a measurement",
+        "4.8 TB/s",
+    ):
         assert needle in body, needle
     # existing outputs are kept
     assert {"summary", "points_csv", "points_parquet", "html"} <= set(paths)
@@ -228,25 +291,78 @@ def test_html_has_every_section_and_only_data_uri_images(example_csv):
 
 # --- synthetic results directories ---------------------------------------------------------------------------
 
+
 def manifest(platform: str = "gpu", gpu: str | None = "NVIDIA H200", target: str = "tiny") -> dict:
-    machine = {"platform": platform, "gpus": 1 if platform == "gpu" else 0, "arch": "sm90" if gpu else None,
-               "gpu_name": gpu, "driver": "1" if gpu else None, "cpu": "Test CPU", "cpu_count": 2,
-               "gpu_memory_gib": None, "extra": {}}
-    return {"created": "2026-01-01T00:00:00+00:00", "profile": {
-        "name": "synthetic", "description": "test", "model": {"target": target, "draft": target, "flavor": "auto"}},
-        "environment": {"bench_version": "0.1.0", "machine": machine, "python": "3.11", "suite_git": None,
-                        "vllm": {"vllm_version": None, "distribution": None, "vllm_root": None, "fixes": [],
-                                 "problem": "vllm not importable"}}}
+    machine = {
+        "platform": platform,
+        "gpus": 1 if platform == "gpu" else 0,
+        "arch": "sm90" if gpu else None,
+        "gpu_name": gpu,
+        "driver": "1" if gpu else None,
+        "cpu": "Test CPU",
+        "cpu_count": 2,
+        "gpu_memory_gib": None,
+        "extra": {},
+    }
+    return {
+        "created": "2026-01-01T00:00:00+00:00",
+        "profile": {
+            "name": "synthetic",
+            "description": "test",
+            "model": {"target": target, "draft": target, "flavor": "auto"},
+        },
+        "environment": {
+            "bench_version": "0.1.0",
+            "machine": machine,
+            "python": "3.11",
+            "suite_git": None,
+            "vllm": {
+                "vllm_version": None,
+                "distribution": None,
+                "vllm_root": None,
+                "fixes": [],
+                "problem": "vllm not importable",
+            },
+        },
+    }
 
 
-def record(pid: str, status: str, conc: int = 1, backend: str = "TRITON_MLA", kv: str = "auto", dcp: int = 1,
-           metrics: dict | None = None, spec: dict | None = None, reason: str | None = None) -> dict:
-    engine = {"target": "tiny", "draft": "tiny", "weights": "dummy", "server": {}, "speculative": {},
-              "draft_attention_backend": backend, "draft_kv_cache_dtype": kv, "dcp_size": dcp,
-              "num_speculative_tokens": 3, "acceptance": {"mode": "real", "rates": None, "mean_length": None}}
-    rec = {"point_id": pid, "engine_id": f"e-{backend}-{kv}-{dcp}", "status": status, "reason": reason,
-           "config": {"engine": engine, "shape": {"concurrency": conc, "input_len": 64, "output_len": 32},
-                      "num_prompts": 4, "warmup_prompts": 1, "seed": 0}}
+def record(
+    pid: str,
+    status: str,
+    conc: int = 1,
+    backend: str = "TRITON_MLA",
+    kv: str = "auto",
+    dcp: int = 1,
+    metrics: dict | None = None,
+    spec: dict | None = None,
+    reason: str | None = None,
+) -> dict:
+    engine = {
+        "target": "tiny",
+        "draft": "tiny",
+        "weights": "dummy",
+        "server": {},
+        "speculative": {},
+        "draft_attention_backend": backend,
+        "draft_kv_cache_dtype": kv,
+        "dcp_size": dcp,
+        "num_speculative_tokens": 3,
+        "acceptance": {"mode": "real", "rates": None, "mean_length": None},
+    }
+    rec = {
+        "point_id": pid,
+        "engine_id": f"e-{backend}-{kv}-{dcp}",
+        "status": status,
+        "reason": reason,
+        "config": {
+            "engine": engine,
+            "shape": {"concurrency": conc, "input_len": 64, "output_len": 32},
+            "num_prompts": 4,
+            "warmup_prompts": 1,
+            "seed": 0,
+        },
+    }
     if metrics is not None:
         rec["metrics"] = metrics
     if spec is not None:
@@ -254,11 +370,24 @@ def record(pid: str, status: str, conc: int = 1, backend: str = "TRITON_MLA", kv
     return rec
 
 
-NONE_METRICS = {"output_throughput": None, "per_user_output_throughput": None, "request_throughput": None,
-                "ttft_ms": {"p50": None, "p90": None, "p99": None}, "tpot_ms": None, "itl_ms": {}, "errors": None}
-GOOD_METRICS = {"output_throughput": 100.0, "per_user_output_throughput": 50.0, "request_throughput": 1.0,
-                "ttft_ms": {"p50": 10.0, "p90": 12.0, "p99": 15.0}, "tpot_ms": {"p50": 5.0, "p90": 6.0, "p99": 7.0},
-                "itl_ms": {"p50": 4.0, "p90": 5.0, "p99": 9.0}, "errors": 0}
+NONE_METRICS = {
+    "output_throughput": None,
+    "per_user_output_throughput": None,
+    "request_throughput": None,
+    "ttft_ms": {"p50": None, "p90": None, "p99": None},
+    "tpot_ms": None,
+    "itl_ms": {},
+    "errors": None,
+}
+GOOD_METRICS = {
+    "output_throughput": 100.0,
+    "per_user_output_throughput": 50.0,
+    "request_throughput": 1.0,
+    "ttft_ms": {"p50": 10.0, "p90": 12.0, "p99": 15.0},
+    "tpot_ms": {"p50": 5.0, "p90": 6.0, "p99": 7.0},
+    "itl_ms": {"p50": 4.0, "p90": 5.0, "p99": 9.0},
+    "errors": 0,
+}
 
 
 def make_dir(root: Path, records: list[dict], **kw) -> Path:
@@ -279,14 +408,33 @@ def check_page(paths: dict, expect_imgs: int | None = None) -> Page:
 
 
 def test_none_values_failed_and_skipped_on_a_cpu_machine(tmp_path):
-    root = make_dir(tmp_path / "sweep", [
-        record("a", "ok", 1, metrics=NONE_METRICS, spec={"acceptance_rate": None, "mean_acceptance_length": None,
-                                                         "per_position_acceptance": None}),
-        record("b", "ok", 4, metrics=GOOD_METRICS, spec={"acceptance_rate": 1.0, "mean_acceptance_length": 4.0,
-                                                         "per_position_acceptance": [1.0, None, 1.0]}),
-        record("c", "failed", 4, kv="fp8", reason="crash"),
-        record("d", "skipped", 4, backend="FLASHMLA", reason="FLASHMLA needs sm90"),
-    ], platform="cpu", gpu=None)
+    root = make_dir(
+        tmp_path / "sweep",
+        [
+            record(
+                "a",
+                "ok",
+                1,
+                metrics=NONE_METRICS,
+                spec={"acceptance_rate": None, "mean_acceptance_length": None, "per_position_acceptance": None},
+            ),
+            record(
+                "b",
+                "ok",
+                4,
+                metrics=GOOD_METRICS,
+                spec={
+                    "acceptance_rate": 1.0,
+                    "mean_acceptance_length": 4.0,
+                    "per_position_acceptance": [1.0, None, 1.0],
+                },
+            ),
+            record("c", "failed", 4, kv="fp8", reason="crash"),
+            record("d", "skipped", 4, backend="FLASHMLA", reason="FLASHMLA needs sm90"),
+        ],
+        platform="cpu",
+        gpu=None,
+    )
     paths = build_report(root)
     page = check_page(paths)
     body = " ".join(page.text)
@@ -302,8 +450,10 @@ def test_none_values_failed_and_skipped_on_a_cpu_machine(tmp_path):
 
 
 def test_only_failed_and_skipped_points(tmp_path):
-    root = make_dir(tmp_path / "sweep", [record("c", "failed", 1, reason="startup-timeout"),
-                                         record("d", "skipped", 8, reason="tp % dcp")])
+    root = make_dir(
+        tmp_path / "sweep",
+        [record("c", "failed", 1, reason="startup-timeout"), record("d", "skipped", 8, reason="tp % dcp")],
+    )
     paths = build_report(root)
     page = check_page(paths, expect_imgs=1)  # only the heatmap (of reasons) has something to draw
     assert page.imgs[0]["data-plot"] == "heatmap"
@@ -312,8 +462,22 @@ def test_only_failed_and_skipped_points(tmp_path):
 
 
 def test_single_point_and_no_points(tmp_path):
-    root = make_dir(tmp_path / "one", [record("a", "ok", 2, metrics=GOOD_METRICS, spec={
-        "acceptance_rate": 0.5, "mean_acceptance_length": 2.5, "per_position_acceptance": [0.7, 0.5, 0.3]})])
+    root = make_dir(
+        tmp_path / "one",
+        [
+            record(
+                "a",
+                "ok",
+                2,
+                metrics=GOOD_METRICS,
+                spec={
+                    "acceptance_rate": 0.5,
+                    "mean_acceptance_length": 2.5,
+                    "per_position_acceptance": [0.7, 0.5, 0.3],
+                },
+            )
+        ],
+    )
     paths = build_report(root)
     check_page(paths, expect_imgs=6)
     data = P.collect(root)
@@ -324,9 +488,24 @@ def test_single_point_and_no_points(tmp_path):
 
 
 def test_unknown_gpu_and_real_model_without_config(tmp_path):
-    root = make_dir(tmp_path / "sweep", [record("a", "ok", 2, metrics=GOOD_METRICS, spec={
-        "acceptance_rate": 0.5, "mean_acceptance_length": 2.5, "per_position_acceptance": [0.7, 0.5, 0.3]})],
-        gpu="Mystery GPU 9000", target="/nonexistent/model")
+    root = make_dir(
+        tmp_path / "sweep",
+        [
+            record(
+                "a",
+                "ok",
+                2,
+                metrics=GOOD_METRICS,
+                spec={
+                    "acceptance_rate": 0.5,
+                    "mean_acceptance_length": 2.5,
+                    "per_position_acceptance": [0.7, 0.5, 0.3],
+                },
+            )
+        ],
+        gpu="Mystery GPU 9000",
+        target="/nonexistent/model",
+    )
     data = P.collect(root)
     assert data.roofline.empty
     assert any("Mystery GPU 9000" in n for n in data.roofline_notes)
@@ -335,16 +514,48 @@ def test_unknown_gpu_and_real_model_without_config(tmp_path):
 
 
 def test_nvtx_section_from_profile_tables(tmp_path):
-    root = make_dir(tmp_path / "sweep", [record("a", "ok", 2, metrics=GOOD_METRICS, spec={
-        "acceptance_rate": 0.5, "mean_acceptance_length": 2.5, "per_position_acceptance": [0.7, 0.5, 0.3]})])
+    root = make_dir(
+        tmp_path / "sweep",
+        [
+            record(
+                "a",
+                "ok",
+                2,
+                metrics=GOOD_METRICS,
+                spec={
+                    "acceptance_rate": 0.5,
+                    "mean_acceptance_length": 2.5,
+                    "per_position_acceptance": [0.7, 0.5, 0.3],
+                },
+            )
+        ],
+    )
     folder = root / "profile" / "capture-e.analysis"
     folder.mkdir(parents=True)
     n = 6
-    pd.DataFrame({"range_id": range(n), "domain": "", "name": ["draft", "verify"] * 3, "kind": "push_pop",
-                  "pid": 1, "tid": 1, "global_tid": 1, "start_ns": np.arange(n) * 100,
-                  "end_ns": np.arange(n) * 100 + 50, "cpu_ns": 50, "api_calls": 2, "launches": 1, "kernels": 1,
-                  "memcpys": 0, "memsets": 0, "graphs": 0, "gpu_sum_ns": 40, "gpu_busy_ns": 40,
-                  "gpu_span_ns": 40}).to_parquet(folder / "nsys_ranges.parquet")
+    pd.DataFrame(
+        {
+            "range_id": range(n),
+            "domain": "",
+            "name": ["draft", "verify"] * 3,
+            "kind": "push_pop",
+            "pid": 1,
+            "tid": 1,
+            "global_tid": 1,
+            "start_ns": np.arange(n) * 100,
+            "end_ns": np.arange(n) * 100 + 50,
+            "cpu_ns": 50,
+            "api_calls": 2,
+            "launches": 1,
+            "kernels": 1,
+            "memcpys": 0,
+            "memsets": 0,
+            "graphs": 0,
+            "gpu_sum_ns": 40,
+            "gpu_busy_ns": 40,
+            "gpu_span_ns": 40,
+        }
+    ).to_parquet(folder / "nsys_ranges.parquet")
     data = P.collect(root)
     assert len(data.nvtx) == 1
     summary = data.nvtx[0][1].set_index("name")

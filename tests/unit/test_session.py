@@ -5,8 +5,7 @@ def test_generated_reports_are_read_from_the_server_log(tmp_path):
     rep = tmp_path / "nsys-report-1cb3.nsys-rep"
     rep.write_bytes(b"x")
     # The tail of a real server log under nsys (H200, vLLM 0.26.0), with this test's path.
-    log = (f"Generating '{tmp_path}/nsys-report-9cfb.qdstrm'\nGenerated:\n\t{rep}\n"
-           "(APIServer pid=1) INFO later line\n")
+    log = f"Generating '{tmp_path}/nsys-report-9cfb.qdstrm'\nGenerated:\n\t{rep}\n(APIServer pid=1) INFO later line\n"
     assert generated_reports(log) == [rep]
     assert generated_reports("Generated:\n\t/nonexistent.nsys-rep\n") == []
 

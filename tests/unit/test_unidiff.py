@@ -40,11 +40,14 @@ def test_applying_twice_fails_instead_of_duplicating():
         apply_file_diff(apply_file_diff(ORIGINAL, diff), diff)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("nothing here\n", "no file diffs"),
-    ("@@ -1 +1 @@\n-a\n+b\n", "hunk before any file header"),
-    ("--- a/x\n+++ b/x\n@@ -1,3 +1,3 @@\n a\n", "hunk ends early"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("nothing here\n", "no file diffs"),
+        ("@@ -1 +1 @@\n-a\n+b\n", "hunk before any file header"),
+        ("--- a/x\n+++ b/x\n@@ -1,3 +1,3 @@\n a\n", "hunk ends early"),
+    ],
+)
 def test_malformed_patches(text, message):
     with pytest.raises(BenchError, match=message):
         parse_patch(text, "bad.patch")
