@@ -1,24 +1,24 @@
-"""`bench compare BASELINE CANDIDATE`: per matched point and metric, the ratio with a bootstrap confidence
-interval and a Mann-Whitney test; a verdict only when significant AND beyond a minimum effect size.
+"""`bench compare BASELINE CANDIDATE`: per matched point and metric, faster / slower / no change beyond noise, or
+insufficient data; and every point the candidate failed or lost, which fails the gate like a regression.
 
-Samples are trials (`sweep --repeat N`, and one sweep per round of `bench ab`): the trial is the independent
-unit. Throughput and acceptance take each trial's value; latencies take each trial's median over its requests
-(pooling requests would treat requests of one trial, which share its conditions, as independent, and an A/A
-comparison then finds "changes"). A side may be one results directory or a folder of them (rounds).
+A side is one results directory or a folder of them (rounds of `bench ab`, or sweeps run one after another). Each
+results directory started one server per engine configuration, so each (directory, point) is one server start:
+the statistical unit (bench.stats). Inside a start, throughput and acceptance take each trial's value and
+latencies each trial's median over its requests; the start's value is the mean over its trials.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.stats import mannwhitneyu
 
 from bench.errors import BenchError
 from bench.metrics import request_latencies
+from bench.stats import Comparison, compare_servers
 from bench.store import SweepStore
 
 # metric -> higher is better
@@ -34,10 +34,13 @@ GATED = ("output_throughput", "tpot_ms")
 
 
 @dataclass
-class PointSamples:
+class PointSide:
+    """One point on one side: per server start, metric -> one value per trial; and the starts that failed."""
+
     label: str
-    config: dict
-    trial: dict[str, list[float]] = field(default_factory=dict)  # metric -> one value per trial
+    servers: list[dict[str, list[float]]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # "reason: detail" per failed start
+    skipped: bool = False
 
 
 def sweep_dirs(path: Path) -> list[Path]:
@@ -50,83 +53,45 @@ def sweep_dirs(path: Path) -> list[Path]:
     return found
 
 
-def load_side(path: Path) -> dict[str, PointSamples]:
-    """Samples per point id over every results directory of one side (ok points only)."""
-    out: dict[str, PointSamples] = {}
+def load_side(path: Path) -> dict[str, PointSide]:
+    """Every point of every results directory of one side, ok or not."""
+    out: dict[str, PointSide] = {}
     for sweep in sweep_dirs(path):
         store = SweepStore(sweep)
         for pid, rec in store.points().items():
-            if rec["status"] != "ok":
-                continue
-            ps = out.setdefault(pid, PointSamples(f"{rec['label']['engine']} {rec['label']['shape']}", rec["config"]))
-            for trial in rec.get("trials") or [{"metrics": rec["metrics"], "spec_decode": rec["spec_decode"]}]:
-                values = {
-                    "output_throughput": trial["metrics"].get("output_throughput"),
-                    "request_throughput": trial["metrics"].get("request_throughput"),
-                    "mean_acceptance_length": (trial.get("spec_decode") or {}).get("mean_acceptance_length"),
-                }
-                for name, value in values.items():
-                    if value is not None:
-                        ps.trial.setdefault(name, []).append(float(value))
-            per_trial: dict[int, dict[str, list[float]]] = {}
-            for row in store.raw(pid):
-                if row["phase"] == "measure" and row["status"] == "ok":
-                    lat = request_latencies(row)
-                    bucket = per_trial.setdefault(row.get("trial") or 0, {})
-                    for name, key in (("ttft_ms", "ttft"), ("tpot_ms", "tpot"), ("e2e_ms", "e2e")):
-                        if lat[key] is not None:
-                            bucket.setdefault(name, []).append(lat[key])
-            for bucket in per_trial.values():
-                for name, values in bucket.items():
-                    ps.trial.setdefault(name, []).append(float(np.median(values)))
+            side = out.setdefault(pid, PointSide(f"{rec['label']['engine']} {rec['label']['shape']}"))
+            if rec["status"] == "ok":
+                side.servers.append(_server_values(store, pid, rec))
+            elif rec["status"] == "skipped":
+                side.skipped = True
+            else:
+                side.failures.append(f"{rec.get('reason')}: {str(rec.get('detail') or '')[:160]}")
     return out
 
 
-def bootstrap_ratio_ci(base, cand, stat, n: int = 2000, seed: int = 0, level: float = 0.95):
-    rng = np.random.default_rng(seed)
-    b, c = np.asarray(base, float), np.asarray(cand, float)
-    bi = rng.integers(0, len(b), size=(n, len(b)))
-    ci = rng.integers(0, len(c), size=(n, len(c)))
-    ratios = stat(c[ci], axis=1) / stat(b[bi], axis=1)
-    lo, hi = np.percentile(ratios, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
-    return float(lo), float(hi)
-
-
-def compare_metric(
-    base: list[float], cand: list[float], higher_better: bool, *, min_effect: float, alpha: float
-) -> dict:
-    """Ratio of means candidate / baseline over trial samples, its bootstrap CI, Mann-Whitney p, verdict."""
-    stat = np.mean
-    out = {
-        "n_base": len(base),
-        "n_cand": len(cand),
-        "baseline": None,
-        "candidate": None,
-        "ratio": None,
-        "ci_low": None,
-        "ci_high": None,
-        "p_value": None,
-        "noise_cv": None,
-        "verdict": "insufficient data",
-    }
-    if not base or not cand:
-        return out
-    b, c = float(stat(base)), float(stat(cand))
-    out.update(baseline=b, candidate=c, ratio=c / b if b else None)
-    if len(base) > 1:
-        out["noise_cv"] = float(np.std(base, ddof=1) / np.mean(base)) if np.mean(base) else None
-    if len(base) < 2 or len(cand) < 2 or not b:
-        return out
-    out["ci_low"], out["ci_high"] = bootstrap_ratio_ci(base, cand, stat)
-    out["p_value"] = float(mannwhitneyu(base, cand, alternative="two-sided").pvalue)
-    ratio = out["ratio"]
-    significant = out["p_value"] < alpha and not (out["ci_low"] <= 1.0 <= out["ci_high"])
-    if significant and abs(ratio - 1.0) >= min_effect:
-        better = ratio > 1.0 if higher_better else ratio < 1.0
-        out["verdict"] = "faster" if better else "slower"
-    else:
-        out["verdict"] = "no change"
-    return out
+def _server_values(store: SweepStore, pid: str, rec: dict) -> dict[str, list[float]]:
+    values: dict[str, list[float]] = {}
+    for trial in rec.get("trials") or [{"metrics": rec["metrics"], "spec_decode": rec["spec_decode"]}]:
+        found = {
+            "output_throughput": trial["metrics"].get("output_throughput"),
+            "request_throughput": trial["metrics"].get("request_throughput"),
+            "mean_acceptance_length": (trial.get("spec_decode") or {}).get("mean_acceptance_length"),
+        }
+        for name, value in found.items():
+            if value is not None:
+                values.setdefault(name, []).append(float(value))
+    per_trial: dict[int, dict[str, list[float]]] = {}
+    for row in store.raw(pid):
+        if row["phase"] == "measure" and row["status"] == "ok":
+            lat = request_latencies(row)
+            bucket = per_trial.setdefault(row.get("trial") or 0, {})
+            for name, key in (("ttft_ms", "ttft"), ("tpot_ms", "tpot"), ("e2e_ms", "e2e")):
+                if lat[key] is not None:
+                    bucket.setdefault(name, []).append(lat[key])
+    for bucket in per_trial.values():
+        for name, lat_values in bucket.items():
+            values.setdefault(name, []).append(float(np.median(lat_values)))
+    return values
 
 
 def compare_dirs(baseline: Path, candidate: Path, *, min_effect: float = 0.02, alpha: float = 0.05) -> dict:
@@ -134,16 +99,21 @@ def compare_dirs(baseline: Path, candidate: Path, *, min_effect: float = 0.02, a
     rows = []
     for pid in sorted(set(base) & set(cand), key=lambda p: base[p].label):
         bp, cp = base[pid], cand[pid]
+        if not bp.servers or not cp.servers:
+            continue
         for metric, higher in METRICS.items():
-            r = compare_metric(
-                bp.trial.get(metric, []), cp.trial.get(metric, []), higher, min_effect=min_effect, alpha=alpha
-            )
-            rows.append({"point_id": pid, "label": bp.label, "metric": metric, **r})
-    table = pd.DataFrame(rows)
+            b = [s[metric] for s in bp.servers if s.get(metric)]
+            c = [s[metric] for s in cp.servers if s.get(metric)]
+            r = compare_servers(b, c, higher, min_effect=min_effect, alpha=alpha)
+            rows.append({"point_id": pid, "label": bp.label, "metric": metric, **dataclasses.asdict(r)})
+    table = pd.DataFrame(
+        rows, columns=["point_id", "label", "metric", *(f.name for f in dataclasses.fields(Comparison))]
+    )
     return {
         "table": table,
-        "only_baseline": sorted(base[p].label for p in set(base) - set(cand)),
-        "only_candidate": sorted(cand[p].label for p in set(cand) - set(base)),
+        "failures": failures(base, cand),
+        "only_baseline": sorted(base[p].label for p in set(base) - set(cand) if not base[p].skipped),
+        "only_candidate": sorted(cand[p].label for p in set(cand) - set(base) if not cand[p].skipped),
         "decomposition": decompose(table),
         "min_effect": min_effect,
         "alpha": alpha,
@@ -152,70 +122,160 @@ def compare_dirs(baseline: Path, candidate: Path, *, min_effect: float = 0.02, a
     }
 
 
+def failures(base: dict[str, PointSide], cand: dict[str, PointSide]) -> pd.DataFrame:
+    """Points the candidate failed (in any server start) or never produced, while the baseline ran them. A point
+    that failed on both sides is listed with `both` so a known, unchanged failure does not hide."""
+    rows = []
+    for pid, bp in sorted(base.items(), key=lambda kv: kv[1].label):
+        cp = cand.get(pid)
+        if bp.skipped and (cp is None or cp.skipped):
+            continue
+        if cp is None or (not cp.servers and not cp.failures):
+            rows.append(
+                {
+                    "point_id": pid,
+                    "label": bp.label,
+                    "problem": "missing in candidate",
+                    "detail": "no record (not planned, or the candidate sweep was cut short)",
+                    "gated": bool(bp.servers),
+                }
+            )
+        elif cp.failures:
+            both = bool(bp.failures) and not bp.servers
+            starts = len(cp.failures) + len(cp.servers)
+            rows.append(
+                {
+                    "point_id": pid,
+                    "label": bp.label,
+                    "problem": f"failed in {len(cp.failures)} of {starts} server starts"
+                    + (" (baseline failed too)" if both else ""),
+                    "detail": "; ".join(sorted(set(cp.failures)))[:300],
+                    "gated": not both,
+                }
+            )
+    return pd.DataFrame(rows, columns=["point_id", "label", "problem", "detail", "gated"])
+
+
 def decompose(table: pd.DataFrame) -> pd.DataFrame:
     """Split each throughput ratio into acceptance (mean acceptance length ratio) and kernel/system time (the
     rest: tokens per second per accepted length, i.e. the engine step rate)."""
+    cols = ["label", "throughput_ratio", "acceptance_factor", "system_factor"]
     if table.empty:
-        return pd.DataFrame(columns=["label", "throughput_ratio", "acceptance_factor", "system_factor"])
+        return pd.DataFrame(columns=cols)
     t = table.pivot(index=["point_id", "label"], columns="metric", values="ratio").reset_index()
     t = t.rename(columns={"output_throughput": "throughput_ratio", "mean_acceptance_length": "acceptance_factor"})
+    if "acceptance_factor" not in t:
+        t["acceptance_factor"] = None
     t["system_factor"] = t["throughput_ratio"] / t["acceptance_factor"]
-    return t[["label", "throughput_ratio", "acceptance_factor", "system_factor"]]
+    return t[cols]
 
 
 def regressions(result: dict, gated=GATED) -> pd.DataFrame:
+    """What fails the gate: gated metrics that got slower, and gated failures (failed or missing points). When
+    nothing could be compared at all, that is a failure too: a gate that compared nothing passes nothing."""
     t = result["table"]
-    return t[(t.verdict == "slower") & t.metric.isin(gated)] if not t.empty else t
+    slower = t[(t.verdict == "slower") & t.metric.isin(gated)][["point_id", "label", "metric", "verdict"]]
+    f = result["failures"]
+    broken = f[f.gated.astype(bool)].assign(metric="status", verdict=lambda d: d.problem)[
+        ["point_id", "label", "metric", "verdict"]
+    ]
+    if t.empty and broken.empty:
+        broken = pd.DataFrame([{"point_id": "-", "label": "-", "metric": "status", "verdict": "nothing compared"}])
+    return pd.concat([slower, broken], ignore_index=True)
 
 
 def _f(x, spec="{:.3f}"):
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else spec.format(x)
+    return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else spec.format(x)
+
+
+def _ratio(r) -> str:
+    if r is None or _f(r.ratio) == "-":
+        return "-"
+    ci = f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if _f(r.ci_low) != "-" else ""
+    return f"{r.ratio:.3f}{ci}"
+
+
+def _verdict_cell(r) -> str:
+    if r is None:
+        return "-"
+    if r.verdict == "insufficient data":
+        return f"insufficient data (needs {r.needed} server starts a side, has {r.n_base}/{r.n_cand})"
+    if r.verdict == "no change" and _f(r.mde) != "-":
+        return f"no change (detectable: {r.mde:.1%})"
+    return str(r.verdict)
 
 
 def compare_markdown(result: dict) -> str:
-    t = result["table"]
+    """Markdown for a PR comment: gate problems first, then the verdict table, then every metric and the noise."""
+    t, f = result["table"], result["failures"]
     counts = t.verdict.value_counts().to_dict() if not t.empty else {}
-    noise = t[(t.metric == "output_throughput") & t.noise_cv.notna()].noise_cv if not t.empty else pd.Series([])
     lines = [
         "## bench compare",
         "",
         f"Baseline `{result['baseline']}` vs candidate `{result['candidate']}`: "
         f"{counts.get('slower', 0)} slower, {counts.get('faster', 0)} faster, {counts.get('no change', 0)} "
-        f"no change, {counts.get('insufficient data', 0)} without enough data (verdict needs p < "
-        f"{result['alpha']} and an effect of at least {result['min_effect']:.0%}).",
-        f"Measured noise (baseline, output throughput across trials): median CV "
-        f"{_f(noise.median() if len(noise) else None, '{:.1%}')}, max {_f(noise.max() if len(noise) else None, '{:.1%}')}.",
+        f"no change, {counts.get('insufficient data', 0)} insufficient data, {int(f.gated.sum())} failed or missing "
+        f"(a verdict needs p < {result['alpha']} over server starts, a 95% interval excluding 1 and an effect of "
+        f"at least {result['min_effect']:.0%}).",
         "",
-        "| point | output tok/s ratio [95% CI] | TPOT ratio [95% CI] | verdict |",
-        "|---|---|---|---|",
+    ]
+    if not f.empty:
+        lines += [
+            "### Failed or missing in the candidate",
+            "",
+            "| point | problem | detail | gates |",
+            "|---|---|---|---|",
+        ]
+        lines += [f"| {r.label} | {r.problem} | {r.detail} | {'yes' if r.gated else 'no'} |" for r in f.itertuples()]
+        lines.append("")
+    if t.empty:
+        lines += ["No point ran ok on both sides: nothing was compared.", ""]
+        return "\n".join(lines)
+    lines += _verdict_table(t) + _noise_lines(t) + _details(t, result["decomposition"])
+    return "\n".join(lines)
+
+
+def _verdict_table(t: pd.DataFrame) -> list[str]:
+    lines = [
+        "| point | servers | output tok/s ratio [95% CI] | TPOT ratio [95% CI] | verdict |",
+        "|---|---|---|---|---|",
     ]
     for _pid, grp in t.groupby("point_id", sort=False):
         by = {r.metric: r for r in grp.itertuples()}
-        verdicts = sorted({by[m].verdict for m in GATED if m in by})
+        thr = by.get("output_throughput")
+        verdicts = sorted({_verdict_cell(by[m]) for m in GATED if m in by})
+        n = f"{thr.n_base}/{thr.n_cand}" if thr is not None else "-"
         lines.append(
-            f"| {grp.label.iloc[0]} | {_ratio(by.get('output_throughput'))} | {_ratio(by.get('tpot_ms'))} "
-            f"| {', '.join(verdicts)} |"
+            f"| {grp.label.iloc[0]} | {n} | {_ratio(thr)} | {_ratio(by.get('tpot_ms'))} | {', '.join(verdicts)} |"
         )
-    if result["only_baseline"] or result["only_candidate"]:
-        lines += [
-            "",
-            f"Unmatched: only in baseline {result['only_baseline'] or '-'}; only in candidate "
-            f"{result['only_candidate'] or '-'} (failed, skipped or not planned on the other side).",
-        ]
-    lines += [
+    return lines
+
+
+def _noise_lines(t: pd.DataFrame) -> list[str]:
+    thr = t[t.metric == "output_throughput"]
+    between, within, mde = (thr[c].dropna() for c in ("between_cv", "within_cv", "mde"))
+    return [
+        "",
+        f"Noise (baseline output throughput): between server starts median CV {_f(between.median() if len(between) else None, '{:.1%}')}, "
+        f"within one server (trials) median CV {_f(within.median() if len(within) else None, '{:.1%}')}; "
+        f"smallest change this design detects (power 80%): median {_f(mde.median() if len(mde) else None, '{:.1%}')}.",
+    ]
+
+
+def _details(t: pd.DataFrame, d: pd.DataFrame) -> list[str]:
+    lines = [
         "",
         "<details><summary>Every metric</summary>",
         "",
-        "| point | metric | baseline | candidate | ratio [95% CI] | p | n | noise CV | verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| point | metric | baseline | candidate | ratio [95% CI] | p | servers | between CV | within CV | detectable | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in t.itertuples():
         lines.append(
-            f"| {r.label} | {r.metric} | {_f(r.baseline, '{:.4g}')} | {_f(r.candidate, '{:.4g}')} | "
-            f"{_ratio(r)} | {_f(r.p_value, '{:.3g}')} | {r.n_base}/{r.n_cand} | "
-            f"{_f(r.noise_cv, '{:.1%}')} | {r.verdict} |"
+            f"| {r.label} | {r.metric} | {_f(r.baseline, '{:.4g}')} | {_f(r.candidate, '{:.4g}')} | {_ratio(r)} | "
+            f"{_f(r.p_value, '{:.3g}')} | {r.n_base}/{r.n_cand} | {_f(r.between_cv, '{:.1%}')} | "
+            f"{_f(r.within_cv, '{:.1%}')} | {_f(r.mde, '{:.1%}')} | {r.verdict} |"
         )
-    d = result["decomposition"]
     if not d.empty:
         lines += [
             "",
@@ -229,12 +289,4 @@ def compare_markdown(result: dict) -> str:
             f"| {r.label} | {_f(r.throughput_ratio)} | {_f(r.acceptance_factor)} | {_f(r.system_factor)} |"
             for r in d.itertuples()
         ]
-    lines += ["", "</details>", ""]
-    return "\n".join(lines)
-
-
-def _ratio(r) -> str:
-    if r is None or r.ratio is None:
-        return "-"
-    ci = f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None and not math.isnan(r.ci_low) else ""
-    return f"{r.ratio:.3f}{ci}"
+    return [*lines, "", "</details>", ""]

@@ -1,28 +1,43 @@
-"""Statistics on data with a known answer: A/A gives no change, a 10% slowdown is found with its size."""
+"""Statistics on data with a known answer. The unit is the server start (one results directory per start)."""
 
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.stats import mannwhitneyu
 
 from bench.cli import main
-from bench.compare import bootstrap_ratio_ci, compare_dirs, compare_markdown, compare_metric, regressions
+from bench.compare import compare_dirs, compare_markdown, regressions
+from bench.stats import compare_servers, min_p_value, starts_needed, starts_to_detect
 from bench.store import SweepStore
 
+LABEL = {"engine": "CPU_MLA/auto dcp1 k3", "shape": "4x8x29"}
 
-def write_side(root: Path, throughputs: list[float], tpot_ms: float, rng, point_id="p1") -> Path:
-    """A minimal results directory: one point with one trial per throughput and 16 requests per trial."""
+
+def write_start(root: Path, throughputs: list[float], tpot_ms: float, rng, point_id="p1", status="ok") -> Path:
+    """One results directory = one server start: one point, one trial per throughput, 16 requests per trial."""
     store = SweepStore(root)
     store.write_manifest(
         {"created": "t", "profile": {"name": "synthetic"}, "plan": [], "counts": {}, "environment": {}}
     )
+    if status != "ok":
+        store.save_point(
+            {
+                "point_id": point_id,
+                "engine_id": "e",
+                "status": status,
+                "config": {},
+                "label": LABEL,
+                "reason": "engine-dead" if status == "failed" else None,
+                "detail": "EngineCore died",
+            }
+        )
+        return root
     rows, trials = [], []
     for t, thr in enumerate(throughputs):
         for i in range(16):
-            send = 100.0 * t + i
-            first = send + 0.05
-            step = rng.normal(tpot_ms, tpot_ms * 0.01) / 1e3
-            times = [first + step * 4 * k for k in range(8)]
+            send, step = 100.0 * t + i, rng.normal(tpot_ms, tpot_ms * 0.01) / 1e3
+            times = [send + 0.05 + step * 4 * k for k in range(8)]
             rows.append(
                 {
                     "index": i,
@@ -54,7 +69,7 @@ def write_side(root: Path, throughputs: list[float], tpot_ms: float, rng, point_
             "engine_id": "e",
             "status": "ok",
             "config": {"shape": {}},
-            "label": {"engine": "CPU_MLA/auto dcp1 k3", "shape": "4x8x29"},
+            "label": LABEL,
             "metrics": {},
             "spec_decode": {},
             "trials": trials,
@@ -63,68 +78,95 @@ def write_side(root: Path, throughputs: list[float], tpot_ms: float, rng, point_
     return root
 
 
+def write_side(root: Path, per_start: list[list[float]], tpot_ms: float, rng, **kw) -> Path:
+    for r, trials in enumerate(per_start):
+        write_start(root / f"round-{r}", trials, tpot_ms, rng, **kw)
+    return root
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1)
 
 
-def test_a_a_is_no_change(tmp_path, rng):
-    base = write_side(tmp_path / "a", list(rng.normal(1000, 10, 8)), 10.0, rng)
-    cand = write_side(tmp_path / "b", list(rng.normal(1000, 10, 8)), 10.0, rng)
-    result = compare_dirs(base, cand)
-    t = result["table"].set_index("metric")
-    assert set(t.verdict) == {"no change"}
-    assert 0.97 < t.loc["output_throughput", "ratio"] < 1.03
-    assert t.loc["output_throughput", "ci_low"] < 1.0 < t.loc["output_throughput", "ci_high"]
-    assert regressions(result).empty
+def test_three_starts_a_side_cannot_reach_alpha_and_says_so(tmp_path, rng):
+    assert min_p_value(3, 3) == pytest.approx(0.1) and starts_needed(0.05) == 4
+    base = write_side(tmp_path / "a", [[1000.0]] * 3, 10.0, rng)
+    cand = write_side(tmp_path / "b", [[500.0]] * 3, 20.0, rng)  # halved: still no verdict possible at n=3
+    t = compare_dirs(base, cand)["table"].set_index("metric")
+    assert set(t.verdict) == {"insufficient data"} and t.loc["output_throughput", "ratio"] == 0.5
+    assert "insufficient data (needs 4 server starts a side, has 3/3)" in compare_markdown(compare_dirs(base, cand))
+    assert main(["compare", str(base), str(cand)]) == 0  # no verdict is not a regression
 
 
-def test_ten_percent_slowdown_is_found_with_its_size(tmp_path, rng, capsys):
-    base = write_side(tmp_path / "a", list(rng.normal(1000, 10, 8)), 10.0, rng)
-    cand = write_side(tmp_path / "b", list(rng.normal(900, 9, 8)), 11.0, rng)
+def test_trials_of_one_server_are_not_independent(tmp_path, rng):
+    """A/A where servers differ a lot (as on the H200) but trials inside one agree: pooling trials would call a
+    change; averaging per start does not."""
+    means_a, means_b = [800, 900, 1000, 1100, 1200], [900, 1000, 1100, 1200, 1300]  # CV 16%, a 9% draw apart
+    starts_a = [[m * (1 + rng.normal(0, 0.01)) for _ in range(10)] for m in means_a]
+    starts_b = [[m * (1 + rng.normal(0, 0.01)) for _ in range(10)] for m in means_b]
+    pooled_p = mannwhitneyu(np.concatenate(starts_a), np.concatenate(starts_b)).pvalue  # the old, wrong unit
+    assert pooled_p < 0.05
+    r = compare_servers(starts_a, starts_b, True, min_effect=0.02, alpha=0.05)
+    assert r.verdict == "no change" and r.p_value > 0.05 and r.n_base == 5
+    assert r.between_cv > 0.05 > r.within_cv and r.mde > 0.1
+
+
+def test_ten_percent_slowdown_with_five_starts_a_side_is_found(tmp_path, rng, capsys):
+    base = write_side(tmp_path / "a", [[x, x * 1.01] for x in rng.normal(1000, 15, 5)], 10.0, rng)
+    cand = write_side(tmp_path / "b", [[x, x * 1.01] for x in rng.normal(900, 14, 5)], 11.0, rng)
     result = compare_dirs(base, cand)
     t = result["table"].set_index("metric")
-    assert t.loc["output_throughput", "verdict"] == "slower"
-    assert t.loc["output_throughput", "ratio"] == pytest.approx(0.9, abs=0.015)
-    assert t.loc["output_throughput", "ci_high"] < 0.95
+    assert t.loc["output_throughput", "verdict"] == "slower" and t.loc["output_throughput", "n_base"] == 5
+    assert t.loc["output_throughput", "ratio"] == pytest.approx(0.9, abs=0.02)
+    assert t.loc["output_throughput", "ci_high"] < 0.96 and t.loc["output_throughput", "mde"] < 0.05
     assert t.loc["tpot_ms", "verdict"] == "slower" and t.loc["tpot_ms", "ratio"] == pytest.approx(1.1, abs=0.01)
     assert t.loc["mean_acceptance_length", "verdict"] == "no change"  # same acceptance: the slowdown is system time
     d = result["decomposition"].iloc[0]
     assert d.acceptance_factor == 1.0 and d.system_factor == pytest.approx(d.throughput_ratio)
-    md = compare_markdown(result)
-    assert (
-        md.splitlines()[2].startswith("Baseline") and ": 4 slower, 0 faster, 2 no change" in md.splitlines()[2]
-    )  # throughput x2, TPOT, E2E
-    row = next(line for line in md.splitlines() if line.startswith("| CPU_MLA/auto dcp1 k3 4x8x29 | 0."))
-    assert row.endswith("| slower |") and float(row.split("|")[2].split()[0]) == pytest.approx(0.9, abs=0.015)
-    # The CLI gates on it, and --no-gate does not.
+    row = next(line for line in compare_markdown(result).splitlines() if line.startswith(f"| {LABEL['engine']}"))
+    assert "| 5/5 | 0.9" in row and row.endswith("| slower |")
     assert main(["compare", str(base), str(cand)]) == 4
     assert main(["compare", str(base), str(cand), "--no-gate"]) == 0
     assert main(["compare", str(cand), str(base)]) == 0  # the reverse is faster, not a regression
 
 
 def test_small_but_significant_change_below_min_effect_is_no_change():
-    base = [100.0, 100.1, 99.9, 100.05, 99.95, 100.02]
-    cand = [101.0, 101.1, 100.9, 101.05, 100.95, 101.02]  # +1%, clearly significant
-    r = compare_metric(base, cand, True, min_effect=0.02, alpha=0.05)
-    assert r["p_value"] < 0.01 and r["verdict"] == "no change"
-    assert compare_metric(base, cand, True, min_effect=0.005, alpha=0.05)["verdict"] == "faster"
+    base = [[100.0], [100.1], [99.9], [100.05], [99.95], [100.02]]
+    cand = [[101.0], [101.1], [100.9], [101.05], [100.95], [101.02]]  # +1%, clearly significant
+    r = compare_servers(base, cand, True, min_effect=0.02, alpha=0.05)
+    assert r.p_value < 0.01 and r.verdict == "no change"
+    assert compare_servers(base, cand, True, min_effect=0.005, alpha=0.05).verdict == "faster"
 
 
-def test_one_trial_per_side_gives_no_verdict():
-    r = compare_metric([100.0], [50.0], True, min_effect=0.02, alpha=0.05)
-    assert r["verdict"] == "insufficient data" and r["ratio"] == 0.5
+def test_all_failed_candidate_fails_the_gate(tmp_path, rng, capsys):
+    base = write_side(tmp_path / "a", [[1000.0]] * 4, 10.0, rng)
+    cand = write_side(tmp_path / "b", [[0.0]] * 4, 10.0, rng, status="failed")
+    result = compare_dirs(base, cand)
+    assert result["table"].empty and len(regressions(result)) == 1
+    md = compare_markdown(result)
+    assert "failed in 4 of 4 server starts" in md and "engine-dead" in md
+    assert main(["compare", str(base), str(cand)]) == 4
 
 
-def test_bootstrap_ci_brackets_known_ratio():
-    rng = np.random.default_rng(0)
-    lo, hi = bootstrap_ratio_ci(rng.normal(100, 1, 50), rng.normal(120, 1.2, 50), np.mean)
-    assert lo < 1.2 < hi and hi - lo < 0.02
+def test_a_crash_in_one_start_or_a_missing_point_gates_but_a_shared_failure_does_not(tmp_path, rng):
+    base = write_side(tmp_path / "a", [[1000.0]] * 4, 10.0, rng)
+    write_start(tmp_path / "a" / "round-0", [1000.0], 10.0, rng, point_id="p2")  # only the baseline has p2
+    cand = write_side(tmp_path / "b", [[1000.0]] * 3, 10.0, rng)
+    write_start(cand / "round-3", [0.0], 10.0, rng, status="failed")
+    f = compare_dirs(base, cand)["failures"].set_index("point_id")
+    assert f.loc["p1", "problem"] == "failed in 1 of 4 server starts" and f.loc["p1", "gated"]
+    assert f.loc["p2", "problem"] == "missing in candidate" and f.loc["p2", "gated"]
+    both_a = write_side(tmp_path / "c", [[0.0]] * 2, 10.0, rng, status="failed")
+    both_b = write_side(tmp_path / "d", [[0.0]] * 2, 10.0, rng, status="failed")
+    result = compare_dirs(both_a, both_b)
+    assert not result["failures"].gated.any() and "baseline failed too" in result["failures"].problem.iloc[0]
+    assert list(regressions(result).verdict) == ["nothing compared"]  # a gate that compared nothing passes nothing
 
 
-def test_folder_of_rounds_pools_trials(tmp_path, rng):
-    for r in range(3):
-        write_side(tmp_path / "a" / f"round-{r}", [1000.0 + r], 10.0, rng)
-        write_side(tmp_path / "b" / f"round-{r}", [1000.0 - r], 10.0, rng)
-    t = compare_dirs(tmp_path / "a", tmp_path / "b")["table"].set_index("metric")
-    assert t.loc["output_throughput", "n_base"] == 3 and t.loc["tpot_ms", "n_base"] == 3  # one median per trial
+def test_design_arithmetic():
+    assert min_p_value(4, 4) == pytest.approx(2 / 70) and min_p_value(5, 5) == pytest.approx(2 / 252)
+    assert starts_needed(0.01) == 5
+    n5 = starts_to_detect(0.05, 0.02, 0.05)
+    assert n5 is not None and 4 <= n5 <= 6  # t(0.975)+t(0.8) ~ 2.9: 2.9 * 0.02 * sqrt(2/n) <= 0.05
+    assert starts_to_detect(0.05, 0.5, 0.05, limit=50) is None

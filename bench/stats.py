@@ -1,0 +1,154 @@
+"""Two-sided comparison of one metric between two sets of server starts, with the server start as the unit.
+
+Values measured inside one server (trials, requests) share that server's start: its placement, compile cache
+state, memory layout and clocks. On the H200 two servers of one configuration ran at 1.8k and 2.7k tok/s while
+trials inside each agreed to 2-3% (docs/facts.md). So trials are averaged per server start, and only server
+starts are resampled and permuted (pyperf treats runs in separate processes the same way). Within-server and
+between-server noise are reported apart, so a user sees which one to attack.
+
+A design that cannot reach `alpha` (too few server starts for an exact permutation test) says "insufficient
+data" with the number of starts it needs, instead of a "no change" that no data could have overturned.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy import stats
+
+POWER = 0.8  # for the minimum detectable effect
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One metric at one point. `ratio` = candidate / baseline of the means over server starts."""
+
+    n_base: int
+    n_cand: int
+    baseline: float | None = None
+    candidate: float | None = None
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    between_cv: float | None = None  # baseline: CV of the server-start means
+    within_cv: float | None = None  # baseline: median CV of the trials inside one server start
+    mde: float | None = None  # smallest relative change this design detects at the measured noise (power 0.8)
+    needed: int | None = None  # server starts per side that the test needs to reach alpha at all
+    verdict: str = "insufficient data"
+
+
+def min_p_value(n_base: int, n_cand: int) -> float:
+    """The smallest two-sided p an exact permutation test can give with these sample sizes."""
+    return min(1.0, 2.0 / math.comb(n_base + n_cand, n_base))
+
+
+def starts_needed(alpha: float) -> int:
+    """Server starts per side for an exact two-sided test to be able to reach p < alpha."""
+    n = 2
+    while min_p_value(n, n) >= alpha:
+        n += 1
+    return n
+
+
+def min_detectable_effect(
+    sd_base: float, sd_cand: float, n_base: int, n_cand: int, mean_base: float, alpha: float
+) -> float | None:
+    """Relative change a two-sample t-test finds with probability POWER (Welch-like standard error)."""
+    if n_base < 2 or n_cand < 2 or not mean_base:
+        return None
+    df = n_base + n_cand - 2
+    t = stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(POWER, df)
+    return float(t * math.sqrt(sd_base**2 / n_base + sd_cand**2 / n_cand) / abs(mean_base))
+
+
+def starts_to_detect(effect: float, cv: float, alpha: float, limit: int = 1000) -> int | None:
+    """Server starts per side to detect `effect` (relative) at between-server CV `cv`; None beyond `limit`."""
+    for n in range(starts_needed(alpha), limit + 1):
+        mde = min_detectable_effect(cv, cv, n, n, 1.0, alpha)
+        if mde is not None and mde <= effect:
+            return n
+    return None
+
+
+def _cv(values: np.ndarray) -> float | None:
+    if len(values) < 2 or not np.mean(values):
+        return None
+    return float(np.std(values, ddof=1) / abs(np.mean(values)))
+
+
+def _ratio_of_means(b, c, axis=-1):
+    return np.mean(c, axis=axis) / np.mean(b, axis=axis)
+
+
+def _diff_of_means(b, c, axis=-1):
+    return np.mean(c, axis=axis) - np.mean(b, axis=axis)
+
+
+def compare_servers(
+    base: list[list[float]],
+    cand: list[list[float]],
+    higher_better: bool,
+    *,
+    min_effect: float,
+    alpha: float,
+    seed: int = 0,
+) -> Comparison:
+    """base / cand: one list of trial values per server start. Averages trials per start, then compares."""
+    b = np.array([np.mean(t) for t in base if t], float)
+    c = np.array([np.mean(t) for t in cand if t], float)
+    within = [cv for cv in (_cv(np.asarray(t, float)) for t in base) if cv is not None]
+    out = Comparison(
+        len(b),
+        len(c),
+        needed=starts_needed(alpha),
+        between_cv=_cv(b),
+        within_cv=float(np.median(within)) if within else None,
+    )
+    if not len(b) or not len(c):
+        return out
+    mb, mc = float(b.mean()), float(c.mean())
+    out = replace(out, baseline=mb, candidate=mc, ratio=mc / mb if mb else None)
+    if min_p_value(len(b), len(c)) >= alpha or out.ratio is None:
+        return out
+    ratio = out.ratio
+    sd_b, sd_c = (float(np.std(x, ddof=1)) for x in (b, c))
+    out = replace(out, mde=min_detectable_effect(sd_b, sd_c, len(b), len(c), mb, alpha))
+    if sd_b == 0 and sd_c == 0:  # every start gave the same value on each side (e.g. exact acceptance)
+        p = 1.0 if mb == mc else 0.0
+        return replace(
+            out, ci_low=ratio, ci_high=ratio, p_value=p, verdict=_verdict(ratio, p < alpha, higher_better, min_effect)
+        )
+    ci = stats.bootstrap(
+        (b, c),
+        _ratio_of_means,
+        paired=False,
+        vectorized=True,
+        n_resamples=4000,
+        method="percentile",
+        confidence_level=1 - alpha,
+        rng=np.random.default_rng(seed),
+    )
+    perm = stats.permutation_test(
+        (b, c),
+        _diff_of_means,
+        permutation_type="independent",
+        vectorized=True,
+        n_resamples=20000,
+        alternative="two-sided",
+        rng=np.random.default_rng(seed),
+    )
+    lo, hi, p = float(ci.confidence_interval.low), float(ci.confidence_interval.high), float(perm.pvalue)
+    significant = p < alpha and not (lo <= 1.0 <= hi)
+    return replace(
+        out, ci_low=lo, ci_high=hi, p_value=p, verdict=_verdict(ratio, significant, higher_better, min_effect)
+    )
+
+
+def _verdict(ratio: float, significant: bool, higher_better: bool, min_effect: float) -> str:
+    if not significant or abs(ratio - 1.0) < min_effect:
+        return "no change"
+    better = ratio > 1.0 if higher_better else ratio < 1.0
+    return "faster" if better else "slower"
