@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.stats import CPU_AA_BETWEEN_CV, plan_design
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,10 +46,26 @@ def _run(env: Env, args: list[str]) -> int:
     return subprocess.run([env.python, "-m", "bench", *args], cwd=REPO).returncode
 
 
-def run_ab(profile: str, a: Env, b: Env, *, rounds: int, out: Path | None, repeat: int = 1) -> int:
+def run_ab(
+    profile: str,
+    a: Env,
+    b: Env,
+    *,
+    rounds: int,
+    out: Path | None,
+    repeat: int = 1,
+    alpha: float = 0.05,
+    expected_noise: float = CPU_AA_BETWEEN_CV,
+) -> int:
+    """Each round starts one server per engine config on each side: rounds = server starts a side, the unit of
+    the comparison. Refuses a design that cannot reach alpha; says what change it can detect before running."""
     out = Path(out or REPO / "reports" / f"ab-{Path(profile).stem}-{dt.datetime.now():%Y%m%d-%H%M%S}")
     if (out / "baseline").exists() or (out / "candidate").exists():
         raise BenchError(f"{out} already holds an A/B run")
+    reachable, design = plan_design(rounds, alpha, expected_noise)
+    if not reachable:
+        raise BenchError(f"ab --rounds {rounds}: {design}")
+    print(f"ab design: {design}", file=sys.stderr, flush=True)
     for r in range(rounds):
         order = [("baseline", a), ("candidate", b)] if r % 2 == 0 else [("candidate", b), ("baseline", a)]
         for side, env in order:
@@ -74,7 +91,7 @@ def run_ab(profile: str, a: Env, b: Env, *, rounds: int, out: Path | None, repea
     from bench.compare import compare_dirs, compare_markdown, regressions
     from bench.store import atomic_write_bytes
 
-    result = compare_dirs(out / "baseline", out / "candidate")
+    result = compare_dirs(out / "baseline", out / "candidate", alpha=alpha)
     text = compare_markdown(result)
     atomic_write_bytes(out / "compare.md", text.encode())
     print(text)

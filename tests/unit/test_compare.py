@@ -1,5 +1,6 @@
 """Statistics on data with a known answer. The unit is the server start (one results directory per start)."""
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -8,7 +9,14 @@ from scipy.stats import mannwhitneyu
 
 from bench.cli import main
 from bench.compare import compare_dirs, compare_markdown, regressions
-from bench.stats import compare_servers, min_p_value, starts_needed, starts_to_detect
+from bench.stats import (
+    CPU_AA_BETWEEN_CV,
+    compare_servers,
+    min_p_value,
+    plan_design,
+    starts_needed,
+    starts_to_detect,
+)
 from bench.store import SweepStore
 
 LABEL = {"engine": "CPU_MLA/auto dcp1 k3", "shape": "4x8x29"}
@@ -170,3 +178,12 @@ def test_design_arithmetic():
     n5 = starts_to_detect(0.05, 0.02, 0.05)
     assert n5 is not None and 4 <= n5 <= 6  # t(0.975)+t(0.8) ~ 2.9: 2.9 * 0.02 * sqrt(2/n) <= 0.05
     assert starts_to_detect(0.05, 0.5, 0.05, limit=50) is None
+
+
+def test_ab_refuses_a_design_that_cannot_reach_alpha_before_running(tmp_path, capsys):
+    out = tmp_path / "ab"
+    args = ["ab", "tiny", "--baseline", sys.executable, "--candidate", sys.executable, "--out", str(out)]
+    assert main([*args, "--rounds", "3"]) == 1
+    assert "cannot reach p < 0.05" in capsys.readouterr().err and not out.exists()
+    ok, text = plan_design(5, 0.05, CPU_AA_BETWEEN_CV)
+    assert ok and "cannot detect a 5% change: that needs 26 starts a side" in text
