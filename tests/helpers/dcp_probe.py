@@ -3,7 +3,7 @@
 Calls the real DraftModelSpeculator._build_draft_attn_metadata with block tables of cp_size > 1 on CPU tensors,
 for every DCP rank, and prints (JSON) what it passed to build_attn_metadata: seq_lens and dcp_local_seq_lens.
 The real prepare_dcp_local_seq_lens Triton kernel runs under the Triton interpreter: vLLM swaps triton for a
-placeholder on CPU, so the module is rebound to real triton and the kernel re-jitted (FACTS.md).
+placeholder on CPU, so the module is rebound to real triton and the kernel re-jitted (docs/facts.md).
 """
 
 import json

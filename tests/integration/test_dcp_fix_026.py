@@ -22,7 +22,7 @@ CASES = [
 
 
 def local_len(length: int, size: int, rank: int, interleave: int) -> int:
-    """FACTS.md: tokens of a sequence of `length` that DCP rank `rank` holds."""
+    """docs/facts.md: tokens of a sequence of `length` that DCP rank `rank` holds."""
     return (length // (size * interleave)) * interleave + min(
         max(length % (size * interleave) - rank * interleave, 0), interleave
     )
