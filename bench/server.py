@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+GUARD = Path(__file__).with_name("guard.py")
+GUARD_GRACE_S = 10
+SERVER_MARK = "BENCH_SERVER_LOG"  # in every server process's environment: which log (and results dir) it is for
 
 # Failure signatures, most specific first: (reason, regex over the server log).
 FAILURE_SIGNATURES = [
@@ -154,6 +157,7 @@ class Server:
         self.spec = spec
         self.proc: subprocess.Popen | None = None
         self._log_fh = None
+        self._lifeline: int | None = None  # write end of the guard's pipe; closing it (or dying) stops the server
 
     @property
     def base_url(self) -> str:
@@ -166,14 +170,21 @@ class Server:
         self._log_fh.write(f"# bench: {' '.join(self.spec.argv)}\n".encode())
         self._log_fh.flush()
         t0 = time.monotonic()
-        self.proc = subprocess.Popen(
-            self.spec.argv,
-            env=self.spec.env,
-            stdout=self._log_fh,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        # The guard leads the group and stops it if this process dies without stopping it (bench/guard.py).
+        lifeline, self._lifeline = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(GUARD), str(lifeline), str(GUARD_GRACE_S), "--", *self.spec.argv],
+                env={**self.spec.env, SERVER_MARK: str(self.spec.log_path.resolve())},
+                stdout=self._log_fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                pass_fds=(lifeline,),
+            )
+        finally:
+            os.close(lifeline)
+        record_group(self.spec.log_path, self.proc.pid)
         try:
             while True:
                 self.check_alive()
@@ -243,6 +254,10 @@ class Server:
         if self._log_fh:
             self._log_fh.close()
             self._log_fh = None
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
+        self.spec.log_path.with_suffix(".pgid").unlink(missing_ok=True)
 
     def __enter__(self):
         return self
@@ -264,3 +279,40 @@ def _group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
+
+
+def record_group(log_path: Path, pgid: int) -> None:
+    """Note a running server's process group next to its log, so a later run can find it (removed on stop)."""
+    log_path.with_suffix(".pgid").write_text(f"{pgid}\n")
+
+
+def stop_leftover_servers(logs_dir: Path) -> list[int]:
+    """Stop the process groups that an earlier driver of these logs left running (its guard was killed too, e.g.
+    by a SIGKILL of the whole group or the OOM killer). A group counts only if one of its processes still names
+    this log in its environment (SERVER_MARK), so a reused pid is left alone."""
+    stopped = []
+    for note in sorted(Path(logs_dir).glob("*.pgid")):
+        pgid = int(note.read_text().split()[0])
+        marker = f"{SERVER_MARK}={note.with_suffix('.log').resolve()}"
+        if _group_alive(pgid) and _group_mentions(pgid, marker):
+            log.warning("stopping server group %d left running by an earlier run (%s)", pgid, note.name)
+            _signal_group(pgid, signal.SIGTERM)
+            deadline = time.monotonic() + GUARD_GRACE_S
+            while _group_alive(pgid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            _signal_group(pgid, signal.SIGKILL)
+            stopped.append(pgid)
+        note.unlink(missing_ok=True)
+    return stopped
+
+
+def _group_mentions(pgid: int, marker: str) -> bool:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) == pgid and marker.encode() in (entry / "environ").read_bytes():
+                return True
+        except (ProcessLookupError, PermissionError, FileNotFoundError):
+            continue
+    return False
