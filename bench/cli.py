@@ -101,9 +101,22 @@ def build_parser() -> argparse.ArgumentParser:
         "with :patched / :unpatched to set the patch state before each of its runs",
     )
     ab.add_argument("--candidate", required=True)
-    ab.add_argument("--rounds", type=int, default=3, help="A B rounds (each side runs the whole profile)")
+    ab.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="A B rounds = server starts a side, the statistical unit "
+        "(each side runs the whole profile once per round; at least 4 for p < 0.05)",
+    )
     ab.add_argument("--out", type=Path, help="default: reports/ab-<profile>-<time>")
     ab.add_argument("--repeat", type=int, default=1, help="trials per point within each round")
+    ab.add_argument("--alpha", type=float, default=0.05, help="significance level of the comparison")
+    ab.add_argument(
+        "--expected-noise",
+        type=float,
+        default=0.063,
+        help="between-server-start CV of throughput to plan for (default: what the committed CPU A/A measured)",
+    )
 
     models = sub.add_parser("models", help="generate the tiny Kimi-shaped target + EAGLE3 MLA draft")
     models_sub = models.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -345,6 +358,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
         rounds=args.rounds,
         out=args.out,
         repeat=args.repeat,
+        alpha=args.alpha,
+        expected_noise=args.expected_noise,
     )
 
 
