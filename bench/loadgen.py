@@ -106,14 +106,27 @@ async def _one(
                     break
         rec.end_time = time.perf_counter()
         rec.output_tokens = completed
-        rec.status = "ok"
-        if rec.prompt_tokens is not None and rec.prompt_tokens != rec.prompt_len:
-            rec.status, rec.error = "error", f"server counted {rec.prompt_tokens} prompt tokens, sent {rec.prompt_len}"
+        rec.status, rec.error = _verdict(rec, finished, completed, bool(body["ignore_eos"]))
     except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
         rec.end_time = time.perf_counter()
         rec.status, rec.error = "error", f"{type(exc).__name__}: {exc}"[:300]
     finally:
         progress.tick()
+
+
+def _verdict(rec: RequestRecord, finished: bool, completed: int, ignore_eos: bool) -> tuple[str, str | None]:
+    """A stream is ok only when complete: it ended with [DONE], carried usage, the server counted the prompt we
+    sent, and (under ignore_eos) produced every asked token. Anything else is a truncated or unmeasurable
+    request, never a short success."""
+    if not finished:
+        return "error", f"truncated: the stream ended before [DONE] after {completed} tokens"
+    if rec.prompt_tokens is None:
+        return "error", "the stream carried no usage: token counts unknown"
+    if rec.prompt_tokens != rec.prompt_len:
+        return "error", f"server counted {rec.prompt_tokens} prompt tokens, sent {rec.prompt_len}"
+    if ignore_eos and completed < rec.max_tokens:
+        return "error", f"truncated: {completed} of {rec.max_tokens} tokens under ignore_eos"
+    return "ok", None
 
 
 async def _run_phase(

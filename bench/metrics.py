@@ -115,6 +115,17 @@ def request_latencies(rec: dict) -> dict:
     return {"ttft": ttft, "tpot": tpot, "e2e": (end - send) * 1e3, "itl": itl}
 
 
+def _serving_time(measured: list[dict]) -> float:
+    """Seconds from first send to last end, summed per trial: the pauses between trials are not serving time."""
+    duration = 0.0
+    for trial in sorted({r.get("trial") or 0 for r in measured}):
+        rows = [r for r in measured if (r.get("trial") or 0) == trial]
+        ends = [r["end_time"] for r in rows if r["end_time"] is not None]
+        if ends:
+            duration += max(ends) - min(r["send_time"] for r in rows)
+    return duration
+
+
 def summarize(records: list[dict]) -> dict:
     """Throughput and latency distributions over the measured requests."""
     measured = [r for r in records if r["phase"] == "measure"]
@@ -126,7 +137,8 @@ def summarize(records: list[dict]) -> dict:
         "errors": len(measured) - len(ok),
         "error_samples": sorted({r["error"] for r in measured if r["error"]})[:5],
     }
-    if not ok:
+    duration = _serving_time(measured)
+    if not ok or not duration or duration <= 0:  # unknown, never 0
         return {
             **out,
             "duration_s": None,
@@ -136,12 +148,6 @@ def summarize(records: list[dict]) -> dict:
             "per_user_output_throughput": None,
             **{k: distribution([]) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")},
         }
-    duration = 0.0  # summed per trial: the pauses between trials are not serving time
-    for trial in sorted({r.get("trial") or 0 for r in measured}):
-        rows = [r for r in measured if (r.get("trial") or 0) == trial]
-        ends = [r["end_time"] for r in rows if r["end_time"] is not None]
-        if ends:
-            duration += max(ends) - min(r["send_time"] for r in rows)
     output = sum(r["output_tokens"] for r in ok)
     prompt = sum(r["prompt_len"] for r in ok)
     tpot = distribution([x["tpot"] for x in lat])
