@@ -44,7 +44,8 @@ class FixStatus:
 def fix_statuses(install: VllmInstall, series: Series | None) -> list[FixStatus]:
     out = []
     for fix_id, probe in PROBES.items():
-        in_code = probe(install.base)
+        fix = next((f for f in series.fixes if f.id == fix_id), None) if series else None
+        in_code = probe(install.base, [f.path for f in fix.files] if fix else None)
         if series is None:
             out.append(FixStatus(fix_id, CANNOT_APPLY, f"vLLM {install.version} is not supported", in_code))
         elif fix_id in series.upstream:

@@ -8,6 +8,7 @@ from pathlib import Path
 SPECULATIVE_CONFIG = "vllm/config/speculative.py"
 V2_SPECULATOR = "vllm/v1/worker/gpu/spec_decode/speculator.py"
 _DRAFT_METADATA_BUILDERS = {"_build_draft_attn_metadata", "_build_attn_metadata"}
+_DRAFT_KEYS = {"draft_attention_backend", "draft_kv_cache_dtype"}
 
 
 def _parse(path: Path) -> ast.Module | None:
@@ -17,19 +18,37 @@ def _parse(path: Path) -> ast.Module | None:
         return None
 
 
-def has_draft_overrides(base: Path) -> bool | None:
-    """SpeculativeConfig declares draft_attention_backend and draft_kv_cache_dtype (None: no such file)."""
+def has_draft_overrides(base: Path, paths: list[str] | None = None) -> bool | None:
+    """SpeculativeConfig declares draft_attention_backend and draft_kv_cache_dtype, and every other file the
+    fix edits (`paths`: the V1 proposer, the V2 eagle loader) uses them (None: no config file). A config that
+    accepts the keys while a runner ignores them is the half-applied state that made the draft inherit the
+    target's settings, so it is not "in the code"."""
     tree = _parse(base / SPECULATIVE_CONFIG)
     if tree is None:
         return None
+    declared = None
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == "SpeculativeConfig":
             names = {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
-            return {"draft_attention_backend", "draft_kv_cache_dtype"} <= names
-    return None
+            declared = names >= _DRAFT_KEYS
+    if not declared:
+        return declared
+    return all(uses_draft_keys(base / p) for p in (paths or []) if p != SPECULATIVE_CONFIG)
 
 
-def has_dcp_draft_seq_lens(base: Path) -> bool | None:
+def uses_draft_keys(path: Path) -> bool:
+    """The file reads a draft_* override (an attribute, a name or a call of the helper that resolves it)."""
+    tree = _parse(path)
+    if tree is None:
+        return False
+    wanted = _DRAFT_KEYS | {"draft_attention_backend_override"}
+    return any(
+        (isinstance(n, ast.Attribute) and n.attr in wanted) or (isinstance(n, ast.Name) and n.id in wanted)
+        for n in ast.walk(tree)
+    )
+
+
+def has_dcp_draft_seq_lens(base: Path, paths: list[str] | None = None) -> bool | None:
     """The V2 draft speculator passes dcp_local_seq_lens to build_attn_metadata (None: no V2 speculator)."""
     tree = _parse(base / V2_SPECULATOR)
     if tree is None:
@@ -53,4 +72,5 @@ def _call_name(call: ast.Call) -> str | None:
     return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
 
 
+# fix id -> probe(vLLM base, the files the installed series' patch for it edits, or None)
 PROBES = {"draft-overrides": has_draft_overrides, "dcp-draft-seq-lens": has_dcp_draft_seq_lens}

@@ -145,3 +145,18 @@ def test_bad_vllm_root(tmp_path):
         locate_vllm(tmp_path / "missing")
     with pytest.raises(BenchError, match="neither it nor its vllm/ subfolder is a vllm package"):
         locate_vllm(tmp_path)
+
+
+def test_verify_fails_when_a_runner_file_of_the_fix_is_unpatched(vllm_copy, capsys):
+    """The config accepting the draft_* keys is not enough: a runner that ignores them makes the draft inherit
+    the target's settings. verify probes every file the fix edits."""
+    _version, base = vllm_copy
+    runner = base / "vllm/v1/spec_decode/llm_base_proposer.py"
+    original = runner.read_bytes()
+    apply_series(locate_vllm(base))
+    assert main(["patch", "verify", "--vllm-root", str(base)]) == 0
+    runner.write_bytes(original)  # config patched, V1 runner not
+    assert main(["patch", "verify", "--vllm-root", str(base)]) == 1
+    assert "not verified: draft-overrides" in capsys.readouterr().err
+    fix = next(f for f in patch_report(locate_vllm(base))["fixes"] if f["fix"] == "draft-overrides")
+    assert fix["in_code"] is False and fix["state"] == "cannot apply"
