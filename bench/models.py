@@ -9,12 +9,11 @@ both, and every draft token is accepted.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.store import atomic_write_bytes
 
 VOCAB_SIZE = 2048
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
@@ -179,11 +178,7 @@ def _write_json(path: Path, data: dict) -> None:
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
     if path.exists() and path.read_bytes() == data:
         return
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, data, mode=0o644)
 
 
 def _write_tokenizer(folder: Path) -> None:

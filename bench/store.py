@@ -17,7 +17,10 @@ SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """The suite's one file writer: a temp file in the same folder, fsync, rename over `path`; the temp file is
+    removed on any failure, so a reader sees the old content or the new one, never a part. `mode`: the new
+    file's permissions (mkstemp's 0600 would hide results from everyone else who reads the folder)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -25,14 +28,14 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are for everyone who reads the folder
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def atomic_write_json(path: Path, data) -> None:
+def atomic_write_json(path: Path, data: object) -> None:
     atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode())
 
 

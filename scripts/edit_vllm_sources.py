@@ -1,16 +1,26 @@
-"""Maintainer tool: makes the edited copies of vLLM sources from which patches/ was diffed.
+"""The one source of patches/: the edits, by exact anchors, that make each series' patch from pristine vLLM.
 
-Usage: python scripts/edit_vllm_sources.py PRISTINE_ROOT EDITED_ROOT SERIES
-Copies each target file of SERIES from PRISTINE_ROOT (a folder holding vllm/) to EDITED_ROOT and edits it by
-exact anchors (a missing anchor is an error). Then `diff -ru` of the two trees is the series' patch, and
-`python -m bench patch manifest` writes the hashes.
+Usage: python scripts/edit_vllm_sources.py SERIES PRISTINE_ROOT [--check]
+
+PRISTINE_ROOT holds an unmodified vllm/ (an unpacked wheel: `pip download --no-deps vllm==X`, then unzip). Each
+target file of SERIES is edited in memory (an anchor found zero or several times is an error), and the series'
+patch files are written as unified diffs (3 lines of context), one per fix, grouped as
+patches/SERIES/series.toml says; then the manifest hashes to paste into series.toml are printed. With --check
+nothing is written: the exit code is 1 when a committed patch or a series.toml hash differs from what these edits
+make. tests/integration/test_patch_wheels.py runs that check on the real pristine sources, so the committed
+patches cannot drift from this file. To change a patch, change an edit here and rerun; never edit a .patch.
 """
 
 from __future__ import annotations
 
-import shutil
+import argparse
+import difflib
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+from bench.patching.manager import build_manifest_hashes, sha256_text
+from bench.patching.series import PATCHES_DIR, load_series
 
 SPEC = "vllm/config/speculative.py"
 V1_PROPOSER = "vllm/v1/spec_decode/llm_base_proposer.py"
@@ -25,6 +35,16 @@ def sub(text: str, old: str, new: str, path: str) -> str:
 
 
 def edit_speculative(text: str) -> str:
+    text = _add_legacy_fields(text)
+    text = _keep_auto_for_the_draft_key(text)
+    text = _resolve_legacy_keys_in_validator(text)
+    if "_DRAFT_VLLM_CONFIG_OVERRIDES" in text:  # 0.32+: one table drives the V2 runner path
+        text = _override_table_reads_legacy_keys(text)
+    return text
+
+
+def _add_legacy_fields(text: str) -> str:
+    """The two legacy keys as fields, right after kv_cache_dtype's docstring, typed like their upstream names."""
     text = sub(
         text,
         "from pydantic import Field, SkipValidation, field_validator, model_validator",
@@ -47,8 +67,11 @@ def edit_speculative(text: str) -> str:
         '    when unset, it takes `kv_cache_dtype`\'s value."""',
     ]
     lines[end + 1 : end + 1] = fields
-    text = "\n".join(lines)
-    text = sub(
+    return "\n".join(lines)
+
+
+def _keep_auto_for_the_draft_key(text: str) -> str:
+    return sub(
         text,
         """    @field_validator("attention_backend", mode="before")
     @classmethod
@@ -68,7 +91,10 @@ def edit_speculative(text: str) -> str:
 """,
         SPEC,
     )
-    text = sub(
+
+
+def _resolve_legacy_keys_in_validator(text: str) -> str:
+    return sub(
         text,
         """    @model_validator(mode="after")
     def _verify_args(self) -> Self:
@@ -99,26 +125,27 @@ def edit_speculative(text: str) -> str:
 ''',
         SPEC,
     )
-    if "_DRAFT_VLLM_CONFIG_OVERRIDES" in text:  # 0.32+: one table drives the V2 runner path
-        text = sub(
-            text,
-            """    ("attention_backend", "attention_config", "backend"),
+
+
+def _override_table_reads_legacy_keys(text: str) -> str:
+    text = sub(
+        text,
+        """    ("attention_backend", "attention_config", "backend"),
     ("kv_cache_dtype", "cache_config", "cache_dtype"),""",
-            """    ("draft_attention_backend", "attention_config", "backend"),
+        """    ("draft_attention_backend", "attention_config", "backend"),
     ("draft_kv_cache_dtype", "cache_config", "cache_dtype"),""",
-            SPEC,
-        )
-        text = sub(
-            text,
-            """            if (value := getattr(self, src)) is not None:
+        SPEC,
+    )
+    return sub(
+        text,
+        """            if (value := getattr(self, src)) is not None:
                 sub_config = replace""",
-            """            if (value := getattr(self, src)) is not None:
+        """            if (value := getattr(self, src)) is not None:
                 if src == "draft_attention_backend":
                     value = self.draft_attention_backend_override()
                 sub_config = replace""",
-            SPEC,
-        )
-    return text
+        SPEC,
+    )
 
 
 def edit_v1_proposer(text: str) -> str:
@@ -242,13 +269,70 @@ SERIES = {
 }
 
 
-def main(pristine: str, edited: str, series: str) -> None:
-    for rel, edit in SERIES[series].items():
-        src, dst = Path(pristine, rel), Path(edited, rel)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        dst.write_text(edit(src.read_text()))
-        shutil.copymode(src, dst)
+def edited_sources(series: str, pristine: Path) -> dict[str, tuple[str, str]]:
+    """{path: (pristine text, edited text)} for every target file of the series."""
+    edits: dict[str, Callable[[str], str]] = SERIES[series]
+    out = {}
+    for rel, edit in edits.items():
+        old = (pristine / rel).read_text()
+        out[rel] = (old, edit(old))
+    return out
+
+
+def unified_diff(rel: str, old: str, new: str) -> str:
+    return "".join(
+        difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{rel}", f"b/{rel}")
+    )
+
+
+def make_patches(series: str, pristine: Path, patches_dir: Path = PATCHES_DIR) -> dict[str, str]:
+    """{patch file name: text}: each fix's files, in series.toml's order, diffed from pristine to edited."""
+    sources = edited_sources(series, pristine)
+    manifest = load_series(patches_dir / series)
+    listed = [fh.path for fix in manifest.fixes for fh in fix.files]
+    if sorted(listed) != sorted(sources):
+        raise SystemExit(f"{series}: series.toml lists {listed}, the edits here touch {sorted(sources)}")
+    return {
+        fix.patch.name: "".join(unified_diff(fh.path, *sources[fh.path]) for fh in fix.files) for fix in manifest.fixes
+    }
+
+
+def differences(series: str, pristine: Path, patches_dir: Path = PATCHES_DIR) -> list[str]:
+    """What in patches/SERIES differs from what the edits make (empty: the committed patches are current)."""
+    folder = patches_dir / series
+    found = [
+        f"{name}: differs from the regenerated patch"
+        for name, text in make_patches(series, pristine, patches_dir).items()
+        if not (folder / name).is_file() or (folder / name).read_text() != text
+    ]
+    sources = edited_sources(series, pristine)
+    for fix in load_series(folder).fixes:
+        for fh in fix.files:
+            old, new = sources[fh.path]
+            if (fh.before, fh.after) != (sha256_text(old), sha256_text(new)):
+                found.append(
+                    f"series.toml: hashes of {fh.path} differ (pristine {sha256_text(old)}, edited {sha256_text(new)})"
+                )
+    return found
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("series", choices=sorted(SERIES))
+    parser.add_argument("pristine", type=Path, help="a folder holding an unmodified vllm/")
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if patches/ is not current")
+    args = parser.parse_args(argv)
+    if args.check:
+        found = differences(args.series, args.pristine)
+        print("\n".join(found) or f"patches/{args.series} is current")
+        return 1 if found else 0
+    for name, text in make_patches(args.series, args.pristine).items():
+        (PATCHES_DIR / args.series / name).write_text(text)
+        print(f"wrote patches/{args.series}/{name}")
+    print("series.toml files (paste where they differ):")
+    print(build_manifest_hashes(PATCHES_DIR / args.series, args.pristine))
+    return 0
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

