@@ -33,8 +33,9 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None) -> dict[str, Path
 
 def build_html(sweep_dir: Path, out: Path, points=None) -> dict[str, Path]:
     """report.html (self-contained) and plots/<name>.png; a plot with nothing to draw is not written."""
+    from bench.report.analysis import collect
+    from bench.report.figures import draw_all
     from bench.report.html import render_html
-    from bench.report.plots import collect, draw_all
 
     data = collect(sweep_dir, points)
     images = draw_all(data)

@@ -1,7 +1,8 @@
 """report.html: one self-contained page (inline CSS, plots as base64 PNG data: URIs, no external anything), so it
 opens offline and can be mailed or attached as a single file.
 
-Presentation only: the tables come from bench.report.plots.collect, the figures from bench.report.plots.draw_all.
+Presentation only: the tables come from bench.report.analysis.collect, the figures from
+bench.report.figures.draw_all.
 A tiny inline script marks, on load, how many images decoded (body[data-images-loaded="N/M"]) for the browser
 check; the page does not need JavaScript to be read.
 """
@@ -15,7 +16,7 @@ import math
 import pandas as pd
 
 from bench.report import roofline as R
-from bench.report.plots import ReportData
+from bench.report.analysis import ReportData
 
 CSS = """
 body{font-family:-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:0 auto;max-width:1320px;padding:0 24px 48px;

@@ -4,6 +4,7 @@ and synthetic results directories with unknowns (None), failures only, a single 
 from __future__ import annotations
 
 import base64
+import os
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -13,9 +14,10 @@ import pandas as pd
 import pytest
 
 from bench.models import FLAVORS, draft_config, target_config
-from bench.report import plots as P
+from bench.report import analysis as A
 from bench.report import roofline as R
 from bench.report.build import build_report
+from bench.report.figures import draw_all
 from bench.report.html import render_html
 from bench.store import SweepStore
 
@@ -63,7 +65,7 @@ class Page(HTMLParser):
 
 @pytest.fixture(scope="module")
 def example():
-    return P.collect(EXAMPLE)
+    return A.collect(EXAMPLE)
 
 
 @pytest.fixture(scope="module")
@@ -109,13 +111,39 @@ def test_pareto_membership(example):
     assert set(par.index[par.pareto_tpot]) == {"TRITON_MLA/fp8 c1", "TRITON_MLA/fp8 c8", "TRITON_MLA/auto c32"}
 
 
+GOLDEN_TABLES = REPO / "tests" / "data" / "golden" / "tiny-gpu-h200-analysis"
+ANALYSIS_TABLES = [
+    "throughput",
+    "latency",
+    "pareto",
+    "acceptance",
+    "heatmap",
+    "problems",
+    "effective",
+    "roofline",
+    "roofline_inputs",
+]
+
+
+@pytest.mark.parametrize("name", ANALYSIS_TABLES)
+def test_analysis_table_matches_golden(example, name):
+    """Every table the report derives, rendered to CSV (10 significant digits), against the committed golden file.
+    BENCH_UPDATE_GOLDEN=1 rewrites the golden files (review their diff before committing)."""
+    text = getattr(example, name).to_csv(index=False, float_format="%.10g", lineterminator="\n")
+    golden = GOLDEN_TABLES / f"{name}.csv"
+    if os.environ.get("BENCH_UPDATE_GOLDEN"):
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
 def test_pareto_mask_by_hand():
     x = [1, 2, 3, 2, np.nan]
     y = [3, 2, 1, 1, 9]
-    assert P.pareto_mask(x, y).tolist() == [True, True, True, False, False]
+    assert A.pareto_mask(x, y).tolist() == [True, True, True, False, False]
     # minimize x: (1, 3) dominates everything at y <= 3
-    assert P.pareto_mask(x, y, maximize_x=False).tolist() == [True, False, False, False, False]
-    assert P.pareto_mask([1, 1], [2, 2]).tolist() == [True, True]  # ties: neither dominates
+    assert A.pareto_mask(x, y, maximize_x=False).tolist() == [True, False, False, False, False]
+    assert A.pareto_mask([1, 1], [2, 2]).tolist() == [True, True]  # ties: neither dominates
 
 
 def test_latency_and_acceptance_tables(example, example_csv):
@@ -133,7 +161,7 @@ def test_latency_and_acceptance_tables(example, example_csv):
 
 
 def test_series_and_varied_axes(example):
-    assert P.varied_axes(example.points) == ["draft_attention_backend", "draft_kv_cache_dtype", "concurrency"]
+    assert A.varied_axes(example.points) == ["draft_attention_backend", "draft_kv_cache_dtype", "concurrency"]
     assert set(example.throughput.series) == {"TRITON_MLA/auto", "TRITON_MLA/fp8"}
     assert example.throughput.groupby("series").concurrency.apply(list).to_dict() == {
         "TRITON_MLA/auto": [1, 8, 32],
@@ -142,7 +170,7 @@ def test_series_and_varied_axes(example):
 
 
 def test_problems_carry_reasons_and_log_signature():
-    data = P.collect(BLOCK64)
+    data = A.collect(BLOCK64)
     probs = data.problems
     assert set(probs.reason) == {"engine-dead"} and len(probs) == 3
     # The log names the root cause that the run-time classification did not yet know.
@@ -439,7 +467,7 @@ def test_none_values_failed_and_skipped_on_a_cpu_machine(tmp_path):
     page = check_page(paths)
     body = " ".join(page.text)
     assert "CPU run: memory bandwidth unknown" in body and "FLASHMLA needs sm90" in body and "crash" in body
-    data = P.collect(root)
+    data = A.collect(root)
     assert data.roofline.empty and data.roofline_notes
     heat = data.heatmap.set_index(["draft_attention_backend", "draft_kv_cache_dtype"])
     assert heat.loc[("TRITON_MLA", "auto"), "value"] == 100.0
@@ -480,7 +508,7 @@ def test_single_point_and_no_points(tmp_path):
     )
     paths = build_report(root)
     check_page(paths, expect_imgs=6)
-    data = P.collect(root)
+    data = A.collect(root)
     assert data.pareto.pareto_user.tolist() == [True] and data.pareto.pareto_tpot.tolist() == [True]
     assert len(data.roofline) == 1 and data.roofline.fraction_of_max.iloc[0] > 0
     empty = make_dir(tmp_path / "none", [])
@@ -506,7 +534,7 @@ def test_unknown_gpu_and_real_model_without_config(tmp_path):
         gpu="Mystery GPU 9000",
         target="/nonexistent/model",
     )
-    data = P.collect(root)
+    data = A.collect(root)
     assert data.roofline.empty
     assert any("Mystery GPU 9000" in n for n in data.roofline_notes)
     assert any("unknown" in n for n in data.roofline_notes)
@@ -556,10 +584,10 @@ def test_nvtx_section_from_profile_tables(tmp_path):
             "gpu_span_ns": 40,
         }
     ).to_parquet(folder / "nsys_ranges.parquet")
-    data = P.collect(root)
+    data = A.collect(root)
     assert len(data.nvtx) == 1
     summary = data.nvtx[0][1].set_index("name")
     assert summary.loc["draft", "count"] == 3 and summary.loc["verify", "cpu_ns_total"] == 150
-    page = Page(render_html(data, P.draw_all(data)))
+    page = Page(render_html(data, draw_all(data)))
     assert page.sections == SECTIONS[:7] + ["nvtx"] + SECTIONS[7:]
     assert any(im["data-plot"] == "nvtx0" for im in page.imgs)

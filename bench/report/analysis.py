@@ -1,0 +1,336 @@
+"""The report's analysis: a results directory -> the tables the report shows (pure pandas, no plotting).
+
+`collect` reads the results directory once and derives every table into a `ReportData`; bench.report.figures
+draws from it and bench.report.html lays it out. Missing measurements stay NaN / None, never 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.profiling.nsys_analysis import summarize_ranges
+from bench.report.roofline_points import roofline
+from bench.report.tables import points_table, provenance
+from bench.server import classify_log
+from bench.store import SweepStore
+
+SERIES_AXES = ["draft_attention_backend", "draft_kv_cache_dtype", "dcp_size"]
+FACET_AXES = ["num_speculative_tokens", "input_len", "output_len"]
+CONFIG_AXES = SERIES_AXES + FACET_AXES + ["concurrency"]
+NUMERIC = [
+    *("output_throughput", "per_user_output_throughput", "request_throughput"),
+    *(f"{m}_{q}_ms" for m in ("ttft", "tpot", "itl") for q in ("p50", "p90", "p99")),
+    *("e2e_p50_ms", "e2e_p99_ms", "errors", "acceptance_rate", "mean_acceptance_length"),
+]
+LATENCY_METRICS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL"}
+EXTRA_COLUMNS = ["point_id", "itl_p90_ms", "server", "asked_rates", "block_size_ran", "dcp_size_ran"]
+EXTRA_COLUMNS += ["backends_logged", "trials", "phase", "log"]
+
+
+def point_extras(sweep_dir: Path) -> pd.DataFrame:
+    """What points_table leaves out and the report needs, one row per point id: ITL p90, the server arguments,
+    the asked synthetic acceptance rates, the effective block size / DCP / logged backends, trials."""
+    rows = []
+    for pid, p in SweepStore(sweep_dir).points().items():
+        eng = (p.get("config") or {}).get("engine") or {}
+        m, e = p.get("metrics") or {}, p.get("effective") or {}
+        acc = eng.get("acceptance") or {}
+        rows.append(
+            {
+                "point_id": pid,
+                "itl_p90_ms": (m.get("itl_ms") or {}).get("p90"),
+                "server": eng.get("server") or {},
+                "asked_rates": acc.get("rates") if acc.get("mode") == "synthetic" else None,
+                "block_size_ran": e.get("block_size"),
+                "dcp_size_ran": e.get("dcp_size"),
+                "backends_logged": ", ".join(e.get("attention_backends_logged") or []) or None,
+                "trials": len(p.get("trials") or []) or None,
+                "phase": p.get("phase"),
+                "log": (p.get("server") or {}).get("log"),
+            }
+        )
+    return pd.DataFrame(rows, columns=EXTRA_COLUMNS)
+
+
+def varied_axes(points: pd.DataFrame) -> list[str]:
+    """The configuration axes with more than one value in the sweep (all points, whatever their status)."""
+    return [a for a in CONFIG_AXES if a in points and points[a].nunique(dropna=False) > 1]
+
+
+def enrich(points: pd.DataFrame, extras: pd.DataFrame | None = None) -> pd.DataFrame:
+    """points_table + extras, numeric metric columns as floats (None -> NaN), and strings naming each point by
+    the axes that vary: `series` (draft backend / KV dtype, DCP and k), `shape` (concurrency, or the whole
+    batch shape when input/output lengths vary) and `label` (both)."""
+    df = points.copy()
+    if extras is not None and len(extras):
+        df = df.merge(extras, on="point_id", how="left")
+    for col in NUMERIC:
+        df[col] = pd.to_numeric(df[col], errors="coerce") if col in df else np.nan
+    if "server" not in df:
+        df["server"] = [{} for _ in range(len(df))]
+    df["server"] = df["server"].map(lambda v: v if isinstance(v, dict) else {})
+    varied = set(varied_axes(points))
+    lens_vary = bool({"input_len", "output_len"} & varied)
+    df["series"] = [series_label(r, varied) for r in df.itertuples()]
+    df["shape"] = [
+        f"{r.concurrency}x{r.input_len}x{r.output_len}" if lens_vary else f"c{r.concurrency}" for r in df.itertuples()
+    ]
+    df["label"] = [f"{a} {b}" for a, b in zip(df["series"], df["shape"])]
+    return df
+
+
+def series_label(row, varied: set[str]) -> str:
+    parts = [f"{row.draft_attention_backend}/{row.draft_kv_cache_dtype}"]
+    if "dcp_size" in varied or (row.dcp_size or 1) != 1:
+        parts.append(f"dcp{row.dcp_size}")
+    if "num_speculative_tokens" in varied:
+        parts.append(f"k{row.num_speculative_tokens}")
+    return " ".join(parts)
+
+
+def ok_points(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df.status == "ok"].reset_index(drop=True)
+
+
+def throughput_series(df: pd.DataFrame) -> pd.DataFrame:
+    """Ok points with a measured output throughput, one row per point, ordered for line plots."""
+    cols = ["series", *SERIES_AXES, *FACET_AXES, "concurrency", "shape", "output_throughput"]
+    cols += ["per_user_output_throughput", "label"]
+    ok = ok_points(df)
+    ok = ok[ok.output_throughput.notna() | ok.per_user_output_throughput.notna()]
+    return ok[cols].sort_values(["series", "concurrency", *FACET_AXES], kind="stable").reset_index(drop=True)
+
+
+def latency_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per ok point: TTFT, TPOT and ITL p50/p90/p99 in ms (NaN where not measured)."""
+    ok = ok_points(df)
+    cols = ["label", "series", "concurrency"] + [f"{m}_{q}_ms" for m in LATENCY_METRICS for q in ("p50", "p90", "p99")]
+    for c in cols:
+        if c not in ok:
+            ok[c] = np.nan
+    return ok[cols].reset_index(drop=True)
+
+
+def pareto_mask(xs, ys, maximize_x: bool = True, maximize_y: bool = True) -> np.ndarray:
+    """True where no other point is at least as good on both and strictly better on one. NaN never optimal."""
+    x = np.asarray(xs, float) * (1 if maximize_x else -1)
+    y = np.asarray(ys, float) * (1 if maximize_y else -1)
+    valid = ~(np.isnan(x) | np.isnan(y))
+    out = np.zeros(len(x), bool)
+    for i in np.flatnonzero(valid):
+        dominated = valid & (x >= x[i]) & (y >= y[i]) & ((x > x[i]) | (y > y[i]))
+        out[i] = not dominated.any()
+    return out
+
+
+def pareto_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Ok points with output tok/s, per-user tok/s and TPOT p50; `pareto_user`: optimal for (output tok/s max,
+    per-user tok/s max); `pareto_tpot`: optimal for (output tok/s max, TPOT p50 min)."""
+    cols = ["label", "series", *SERIES_AXES, "concurrency", "shape", "output_throughput"]
+    cols += ["per_user_output_throughput", "tpot_p50_ms"]
+    out = ok_points(df)[cols].copy()
+    out["pareto_user"] = pareto_mask(out.per_user_output_throughput, out.output_throughput)
+    out["pareto_tpot"] = pareto_mask(out.tpot_p50_ms, out.output_throughput, maximize_x=False)
+    return out.reset_index(drop=True)
+
+
+def acceptance_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per ok point: acceptance rate, mean acceptance length and per-position acceptance (pos1..posK)."""
+    ok = ok_points(df)
+    k = max([len(v) for v in ok.per_position_acceptance if isinstance(v, list)] or [0])
+    cols = ["label", "series", *SERIES_AXES, *FACET_AXES, "concurrency", "acceptance_rate", "mean_acceptance_length"]
+    out = ok[cols].copy()
+    for i in range(k):
+        out[f"pos{i + 1}"] = [
+            v[i] if isinstance(v, list) and len(v) > i and v[i] is not None else np.nan
+            for v in ok.per_position_acceptance
+        ]
+    out["asked_rates"] = ok.get("asked_rates", None)
+    return out.reset_index(drop=True)
+
+
+HEATMAP_COLUMNS = ["dcp_size", "draft_attention_backend", "draft_kv_cache_dtype", "concurrency", "value"]
+HEATMAP_COLUMNS += ["best_label", "n_ok", "n_failed", "n_skipped", "note"]
+
+
+def heatmap_table(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (DCP size, draft backend, draft KV dtype) cell: the best output tok/s among the cell's ok
+    points at the sweep's largest concurrency (`value`, NaN if none) and, when there is none, why (`note`:
+    the failed / skipped reasons, or which concurrencies did run)."""
+    if not len(df):
+        return pd.DataFrame(columns=HEATMAP_COLUMNS)
+    top = int(df.concurrency.max())
+    cells = df.groupby(["dcp_size", "draft_attention_backend", "draft_kv_cache_dtype"], sort=False, dropna=False)
+    rows = [_heatmap_cell(key, cell, top) for key, cell in cells]
+    return pd.DataFrame(rows, columns=HEATMAP_COLUMNS)
+
+
+def _heatmap_cell(key: tuple, cell: pd.DataFrame, top: int) -> dict:
+    at = cell[(cell.status == "ok") & (cell.concurrency == top) & cell.output_throughput.notna()]
+    value, best, note = np.nan, None, None
+    if len(at):
+        i = at.output_throughput.idxmax()
+        value, best = float(at.output_throughput[i]), at.label[i]
+    else:
+        note = _why_empty(cell, top)
+    dcp, backend, kv = key
+    return {
+        "dcp_size": dcp,
+        "draft_attention_backend": backend,
+        "draft_kv_cache_dtype": kv,
+        "concurrency": top,
+        "value": value,
+        "best_label": best,
+        "n_ok": int((cell.status == "ok").sum()),
+        "n_failed": int((cell.status == "failed").sum()),
+        "n_skipped": int((cell.status == "skipped").sum()),
+        "note": note,
+    }
+
+
+def _why_empty(cell: pd.DataFrame, top: int) -> str:
+    """Why a heatmap cell has no ok point at the largest concurrency: the failed / skipped reasons there (or
+    anywhere in the cell), else the concurrencies that did run."""
+    bad = cell[cell.status != "ok"]
+    bad_top = bad[bad.concurrency == top]
+    reasons = (bad_top if len(bad_top) else bad).apply(lambda r: f"{r.status}: {r.reason or '?'}", axis=1)
+    if len(reasons):
+        return "; ".join(sorted(set(reasons)))
+    ran = sorted(cell[cell.status == "ok"].concurrency.unique())
+    return f"no ok point at concurrency {top}" + (f" (ran at {', '.join(map(str, ran))})" if ran else "")
+
+
+def problems_table(df: pd.DataFrame, sweep_dir: Path | None = None) -> pd.DataFrame:
+    """Failed and skipped points with their classified reason; `log_signature`: what the current failure
+    signatures find in the engine's server log (may name the root cause when the recorded reason is generic)."""
+    bad = df[df.status != "ok"].copy()
+    cols = ["point_id", "engine_id", *SERIES_AXES, *FACET_AXES, "concurrency", "status", "reason", "detail"]
+    cols += ["log_signature"]
+    bad["log_signature"] = None
+    if sweep_dir is not None and len(bad):
+        store = SweepStore(sweep_dir)
+        sigs = {eng: _log_signature(store.log_path(eng)) for eng in bad.engine_id.dropna().unique()}
+        bad["log_signature"] = bad.engine_id.map(sigs)
+    return bad[cols].reset_index(drop=True)
+
+
+def _log_signature(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    found = classify_log(path.read_text(errors="replace"))
+    return f"{found[0]}: {found[1]}" if found else None
+
+
+EFFECTIVE_RAN = ["draft_attention_backend_ran", "target_attention_backend_ran", "kv_cache_dtype_ran"]
+EFFECTIVE_RAN += ["dcp_size_ran", "block_size_ran", "cudagraph_mode", "backends_logged", "mismatch"]
+
+
+def effective_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per point that reached a server: what it asked vs what the server logged, and the mismatch flags."""
+    cols = ["label", "point_id", "status", "draft_attention_backend", "draft_attention_backend_ran"]
+    cols += ["target_attention_backend_ran", "draft_kv_cache_dtype", "kv_cache_dtype_ran", "dcp_size"]
+    cols += ["dcp_size_ran", "block_size_ran", "cudagraph_mode", "backends_logged", "mismatch"]
+    out = df.copy()
+    for c in cols:
+        if c not in out:
+            out[c] = None
+    seen = out[EFFECTIVE_RAN].notna().any(axis=1)
+    return out.loc[seen, cols].reset_index(drop=True)
+
+
+def summary_counts(df: pd.DataFrame) -> dict:
+    ok = ok_points(df)
+    best = None
+    if len(ok) and ok.output_throughput.notna().any():
+        best = ok.loc[ok.output_throughput.idxmax()]
+    return {
+        "points": len(df),
+        "ok": len(ok),
+        "failed": int((df.status == "failed").sum()),
+        "skipped": int((df.status == "skipped").sum()),
+        "varied": varied_axes(df),
+        "best_label": None if best is None else best.label,
+        "best_output_throughput": None if best is None else float(best.output_throughput),
+    }
+
+
+SUMMARY_KEYS = {"name", "count", "cpu_ns_total", "cpu_ns_mean", "gpu_busy_ns_mean"}
+RANGES_KEYS = {"name", "cpu_ns", "gpu_busy_ns", "gpu_sum_ns", "gpu_span_ns", "launches"}
+
+
+def nvtx_summaries(sweep_dir: Path) -> list[tuple[Path, pd.DataFrame]]:
+    """(file, per-range-name summary) per folder of profiling tables (profile/**.parquet, where `bench profile`
+    writes its analyses): a summary table (nsys_summary / summary) is used as is; a folder with only a ranges
+    table is summarized with bench.profiling.nsys_analysis.summarize_ranges; other tables (kernels) are
+    ignored. Empty when there are none, and the HTML then has no NVTX section."""
+    by_dir: dict[Path, dict[str, tuple[Path, pd.DataFrame]]] = {}
+    for path in sorted(Path(sweep_dir).glob("profile/**/*.parquet")):
+        try:
+            table = pd.read_parquet(path)
+        except (OSError, ValueError):
+            continue
+        cols = set(table.columns)
+        kind = "summary" if cols >= SUMMARY_KEYS else "ranges" if cols >= RANGES_KEYS else None
+        if kind:
+            by_dir.setdefault(path.parent, {}).setdefault(kind, (path, table))
+    return [found.get("summary") or _summarized(*found["ranges"]) for _, found in sorted(by_dir.items())]
+
+
+def _summarized(path: Path, ranges: pd.DataFrame) -> tuple[Path, pd.DataFrame]:
+    """A ranges table summarized per range name; the columns an older export lacks (domain, API calls,
+    kernels) are filled with their neutral value so the summary does not fail on them."""
+    defaults = {"domain": "", "api_calls": 0, "kernels": 0}
+    ranges = ranges.assign(**{c: v for c, v in defaults.items() if c not in ranges})
+    return path, summarize_ranges(ranges)
+
+
+@dataclass
+class ReportData:
+    """Every table the report shows, computed from the results directory alone."""
+
+    sweep_dir: Path
+    manifest: dict
+    provenance: dict
+    points: pd.DataFrame
+    counts: dict
+    throughput: pd.DataFrame
+    latency: pd.DataFrame
+    pareto: pd.DataFrame
+    acceptance: pd.DataFrame
+    heatmap: pd.DataFrame
+    problems: pd.DataFrame
+    effective: pd.DataFrame
+    roofline: pd.DataFrame
+    roofline_inputs: pd.DataFrame
+    roofline_notes: list[str]
+    nvtx: list[tuple[Path, pd.DataFrame]] = field(default_factory=list)
+
+
+def collect(sweep_dir: Path, points: pd.DataFrame | None = None) -> ReportData:
+    """Every table of the report; `points`: an already read points_table of the same directory."""
+    sweep_dir = Path(sweep_dir)
+    manifest = SweepStore(sweep_dir).manifest()
+    df = enrich(points_table(sweep_dir) if points is None else points, point_extras(sweep_dir))
+    roof, inputs, notes = roofline(df, manifest)
+    return ReportData(
+        sweep_dir=sweep_dir,
+        manifest=manifest,
+        provenance=provenance(sweep_dir),
+        points=df,
+        counts=summary_counts(df),
+        throughput=throughput_series(df),
+        latency=latency_table(df),
+        pareto=pareto_table(df),
+        acceptance=acceptance_table(df),
+        heatmap=heatmap_table(df),
+        problems=problems_table(df, sweep_dir),
+        effective=effective_table(df),
+        roofline=roof,
+        roofline_inputs=inputs,
+        roofline_notes=notes,
+        nvtx=nvtx_summaries(sweep_dir),
+    )

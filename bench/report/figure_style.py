@@ -1,0 +1,127 @@
+"""What every figure of the report shares: a bare Agg figure and its PNG bytes, one style per series, the
+batch-shape x axis, one row of panels per DCP size, and a legend shared by all panels."""
+
+from __future__ import annotations
+
+import io
+import textwrap
+from typing import NamedTuple
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+DPI = 100
+LINESTYLES = ["-", "--", ":", "-."]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+
+
+def new_figure(w: float, h: float) -> Figure:
+    fig = Figure(figsize=(w, h), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def png_bytes(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return buf.getvalue()
+
+
+def series_styles(df: pd.DataFrame) -> dict[str, dict]:
+    """Stable styles per series: color per (draft backend, draft KV dtype), line style per draft KV dtype,
+    marker per DCP size, so a series looks the same in every plot."""
+    key = lambda r: (str(r.draft_attention_backend), str(r.draft_kv_cache_dtype))  # noqa: E731
+    combos = sorted({key(r) for r in df.itertuples()})
+    kvs = sorted({c[1] for c in combos})
+    dcps = sorted({int(d) for d in df.dcp_size.dropna()})
+    palette = (
+        [f"C{i}" for i in range(10)]
+        if len(combos) <= 10
+        else [matplotlib.colormaps["tab20"](i % 20) for i in range(len(combos))]
+    )
+    out = {}
+    for r in df.drop_duplicates("series").itertuples():
+        dcp = int(r.dcp_size) if r.dcp_size == r.dcp_size and r.dcp_size is not None else None
+        out[r.series] = {
+            "color": palette[combos.index(key(r)) % len(palette)],
+            "linestyle": LINESTYLES[kvs.index(key(r)[1]) % len(LINESTYLES)],
+            "marker": MARKERS[dcps.index(dcp) % len(MARKERS)] if dcp in dcps else "o",
+        }
+    return out
+
+
+class ShapeAxis(NamedTuple):
+    """A batch-shape x axis: each row's x position, the ticks and their labels, the axis title, log2 scale."""
+
+    x: pd.Series
+    ticks: list
+    labels: list[str]
+    title: str
+    log: bool
+
+    def draw(self, ax) -> None:
+        if self.log:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(self.ticks, self.labels)
+        ax.minorticks_off()
+        ax.set_xlabel(self.title)
+
+
+def shape_x(df: pd.DataFrame) -> ShapeAxis:
+    """The concurrency itself when input/output lengths are the same everywhere (log2 scale when it spans 4x or
+    more), else one category per (concurrency, input, output) shape ordered by concurrency."""
+    keys = list(zip(df.concurrency, df.input_len, df.output_len))
+    if len({(i, o) for _, i, o in keys}) <= 1:
+        vals = sorted({int(c) for c, _, _ in keys})
+        log = len(vals) > 1 and vals[-1] / max(vals[0], 1) >= 4
+        return ShapeAxis(
+            df.concurrency.astype(float), vals, [str(v) for v in vals], "concurrency (requests in flight)", log
+        )
+    order = sorted(set(keys))
+    pos = {k: i for i, k in enumerate(order)}
+    x = pd.Series([float(pos[k]) for k in keys], index=df.index)
+    labels = [f"{c}\n{i}/{o}" for c, i, o in order]
+    return ShapeAxis(x, list(range(len(order))), labels, "batch shape: concurrency, input/output tokens", False)
+
+
+def wrap(text: str, width: int = 28) -> str:
+    return "\n".join(textwrap.wrap(str(text), width)) or str(text)
+
+
+def dcp_rows(df: pd.DataFrame) -> list[tuple[str, object, pd.DataFrame]]:
+    """One row of panels per DCP size when DCP varies, else one row: (title prefix, dcp, rows)."""
+    dcps = sorted(df.dcp_size.dropna().unique())
+    if len(dcps) <= 1:
+        return [("", None, df)]
+    return [(f"DCP {int(d)}: ", d, df[df.dcp_size == d]) for d in dcps]
+
+
+def line_name(series: str, dcp) -> str:
+    """The legend name of a series inside a DCP row (the row title already says the DCP)."""
+    return series.replace(f" dcp{int(dcp)}", "") if dcp is not None else series
+
+
+def series_lines(ax, grp: pd.DataFrame, metric: str, styles: dict, dcp, **kw) -> None:
+    """One line per series of `grp` (x = its `_x` column), in the series' style."""
+    for name, s in grp.groupby("series", sort=True):
+        s = s.sort_values("_x")
+        ax.plot(s._x, s[metric], label=line_name(name, dcp), markersize=7, **kw, **styles[name])
+
+
+def shared_legend(fig: Figure, axes, title: str | None = None, ncol: int = 4) -> None:
+    seen: dict[str, object] = {}
+    for ax in np.ravel(axes):
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, h)
+    if seen:
+        fig.legend(
+            list(seen.values()),
+            list(seen),
+            loc="outside lower center",
+            ncol=min(len(seen), ncol),
+            fontsize=9,
+            title=title,
+        )
