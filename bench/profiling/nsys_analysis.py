@@ -46,37 +46,10 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.profiling import nsys_readers as rd
 from bench.profiling import nsys_sqlite as db
+from bench.profiling.nsys_attribution import attribute, kernel_breakdown
 
-RANGE_GPU_COLUMNS = [
-    "api_calls",
-    "launches",
-    "kernels",
-    "memcpys",
-    "memsets",
-    "graphs",
-    "gpu_sum_ns",
-    "gpu_busy_ns",
-    "gpu_start_ns",
-    "gpu_end_ns",
-    "gpu_span_ns",
-]
-KERNEL_COLUMNS = [
-    "range_id",
-    "domain",
-    "range_name",
-    "pid",
-    "tid",
-    "kind",
-    "kernel",
-    "kernel_full",
-    "count",
-    "gpu_sum_ns",
-    "gpu_mean_ns",
-    "gpu_min_ns",
-    "gpu_max_ns",
-    "share",
-]
 STAT_METRICS = ("cpu_ns", "gpu_busy_ns", "gpu_span_ns")
 STATS = ("mean", "p50", "p90", "min", "max")
 
@@ -105,14 +78,14 @@ def analyze_file(path: str | Path, **load_kwargs) -> NsysAnalysis:
 def analyze_export(export: db.NsysExport) -> NsysAnalysis:
     """Read ranges, the API calls of their threads and the GPU work of their processes; attribute; summarize."""
     t0 = time.perf_counter()
-    ranges, open_ranges = db.read_nvtx_ranges(export)
+    ranges, open_ranges = rd.read_nvtx_ranges(export)
     tids = sorted(ranges["global_tid"].unique().tolist())
-    pids = sorted({int(db.global_pid(t)) for t in tids})
+    pids = sorted({int(rd.global_pid(t)) for t in tids})
     if len(ranges):
-        calls = db.read_runtime_calls(export, tids, int(ranges["start_ns"].min()), int(ranges["end_ns"].max()))
+        calls = rd.read_runtime_calls(export, tids, int(ranges["start_ns"].min()), int(ranges["end_ns"].max()))
     else:
-        calls = db.read_runtime_calls(export, [], 0, 0)
-    acts = db.read_gpu_activities(export, pids)
+        calls = rd.read_runtime_calls(export, [], 0, 0)
+    acts = rd.read_gpu_activities(export, pids)
     t1 = time.perf_counter()
     ranges, pairs, acts = attribute(ranges, calls, acts)
     kernels = kernel_breakdown(ranges, pairs, acts)
@@ -122,176 +95,6 @@ def analyze_export(export: db.NsysExport) -> NsysAnalysis:
     meta["timing_s"] = {"read_s": round(t1 - t0, 3), "attribute_s": round(t2 - t1, 3)}
     warnings = _warnings(export, ranges, open_ranges, pids)
     return NsysAnalysis(ranges=ranges, kernels=kernels, summary=summary, meta=meta, warnings=warnings)
-
-
-# --- attribution -------------------------------------------------------------------------------------------
-
-
-def attribute(
-    ranges: pd.DataFrame, calls: pd.DataFrame, acts: pd.DataFrame
-) -> tuple[pd.DataFrame, tuple[np.ndarray, np.ndarray], pd.DataFrame]:
-    """Add RANGE_GPU_COLUMNS to ranges.
-
-    Returns (ranges, (range_row, act_row) pairs, acts sorted by launching thread and launch time). Method:
-    join GPU work to its API call by (globalPid, correlationId), sort it by (thread, API start); then each
-    range owns one contiguous slice of that order, found with searchsorted, and sums/mins/maxes over the
-    slices are prefix sums and reduceat. Only the interval union needs a per-range loop (ranges with work).
-    """
-    acts = _launched_by(acts, calls)
-    n = len(ranges)
-    starts, ends = ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)
-    gtids = ranges["global_tid"].to_numpy(np.int64)
-    c_lo, c_hi = _windows(
-        calls["global_tid"].to_numpy(np.int64), calls["start_ns"].to_numpy(np.int64), gtids, starts, ends
-    )
-    lo, hi = _windows(acts["api_tid"].to_numpy(np.int64), acts["api_start"].to_numpy(np.int64), gtids, starts, ends)
-    a_start, a_end = acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64)
-    kind = acts["kind"].to_numpy()
-    first_of_call = np.ones(len(acts), bool)
-    if len(acts) > 1:
-        same = (acts["api_tid"].to_numpy()[1:] == acts["api_tid"].to_numpy()[:-1]) & (
-            acts["correlation_id"].to_numpy()[1:] == acts["correlation_id"].to_numpy()[:-1]
-        )
-        first_of_call[1:] = ~same
-    out = ranges.copy()
-    out["api_calls"] = c_hi - c_lo
-    out["launches"] = _slice_sum(first_of_call.astype(np.int64), lo, hi)
-    for col, k in (("kernels", "kernel"), ("memcpys", "memcpy"), ("memsets", "memset"), ("graphs", "graph")):
-        out[col] = _slice_sum((kind == k).astype(np.int64), lo, hi)
-    out["gpu_sum_ns"] = _slice_sum(a_end - a_start, lo, hi)
-    out["gpu_busy_ns"] = _slice_union(a_start, a_end, lo, hi)
-    has = hi > lo
-    g_start = _slice_reduce(np.minimum, a_start, lo, hi)
-    g_end = _slice_reduce(np.maximum, a_end, lo, hi)
-    out["gpu_start_ns"] = pd.array(np.where(has, g_start, 0), dtype="Int64")
-    out["gpu_end_ns"] = pd.array(np.where(has, g_end, 0), dtype="Int64")
-    out.loc[~has, ["gpu_start_ns", "gpu_end_ns"]] = pd.NA
-    out["gpu_span_ns"] = np.where(has, g_end - g_start, 0).astype(np.int64)
-    lens = hi - lo
-    pair_range = np.repeat(np.arange(n), lens)
-    pair_act = (
-        np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens) + np.repeat(lo, lens)
-        if n
-        else np.zeros(0, np.int64)
-    )
-    return out, (pair_range, pair_act.astype(np.int64)), acts
-
-
-def _launched_by(acts: pd.DataFrame, calls: pd.DataFrame) -> pd.DataFrame:
-    """Each GPU activity with the thread (api_tid) and start (api_start) of the API call that launched it,
-    joined on (process, correlationId) because correlation ids repeat across processes. Activities whose
-    call is not among `calls` (other threads, outside every range, or lost) are dropped here."""
-    keys = pd.DataFrame(
-        {
-            "global_pid": db.global_pid(calls["global_tid"].to_numpy(np.int64)),
-            "correlation_id": calls["correlation_id"].to_numpy(np.int64),
-            "api_tid": calls["global_tid"].to_numpy(np.int64),
-            "api_start": calls["start_ns"].to_numpy(np.int64),
-        }
-    )
-    keys = keys.drop_duplicates(["global_pid", "correlation_id"])
-    merged = acts.merge(keys, on=["global_pid", "correlation_id"], how="inner")
-    order = np.lexsort(
-        (
-            merged["start_ns"].to_numpy(),
-            merged["correlation_id"].to_numpy(),
-            merged["api_start"].to_numpy(),
-            merged["api_tid"].to_numpy(),
-        )
-    )
-    return merged.iloc[order].reset_index(drop=True)
-
-
-def _windows(
-    row_tid: np.ndarray, row_t: np.ndarray, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """For rows sorted by (tid, t): per window, the slice [lo, hi) of the rows on the window's thread with
-    t in [start, end]. One searchsorted per thread, vectorized over that thread's windows."""
-    lo = np.zeros(len(tids), np.int64)
-    hi = np.zeros(len(tids), np.int64)
-    for tid in np.unique(tids):
-        sel = np.flatnonzero(tids == tid)
-        a0, a1 = np.searchsorted(row_tid, tid, "left"), np.searchsorted(row_tid, tid, "right")
-        t = row_t[a0:a1]
-        lo[sel] = a0 + np.searchsorted(t, starts[sel], "left")
-        hi[sel] = a0 + np.searchsorted(t, ends[sel], "right")
-    return lo, hi
-
-
-def _slice_sum(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    prefix = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
-    return (prefix[hi] - prefix[lo]).astype(np.int64)
-
-
-def _slice_reduce(ufunc: np.ufunc, values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """ufunc.reduce over each values[lo:hi] (possibly overlapping slices); 0 for empty ones."""
-    out = np.zeros(len(lo), np.int64)
-    ok = hi > lo
-    if ok.any():
-        idx = np.empty(2 * int(ok.sum()), np.int64)
-        idx[0::2], idx[1::2] = lo[ok], hi[ok]
-        padded = np.append(values, values[:1])  # hi may equal len(values); reduceat needs a valid index there
-        out[ok] = ufunc.reduceat(padded, idx)[0::2]
-    return out
-
-
-def _slice_union(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Length of the union of [start, end) intervals in each slice: GPU busy time without double counting
-    work that overlaps on several streams or devices."""
-    out = np.zeros(len(lo), np.int64)
-    cache: dict[tuple[int, int], int] = {}
-    for i in np.flatnonzero(hi > lo):
-        key = (int(lo[i]), int(hi[i]))
-        if key not in cache:
-            cache[key] = _union_length(starts[key[0] : key[1]], ends[key[0] : key[1]])
-        out[i] = cache[key]
-    return out
-
-
-def _union_length(starts: np.ndarray, ends: np.ndarray) -> int:
-    if len(starts) == 1:
-        return int(ends[0] - starts[0])
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    new = np.empty(len(s), bool)
-    new[0] = True
-    new[1:] = s[1:] > reach[:-1]
-    heads = np.flatnonzero(new)
-    seg_end = np.maximum.reduceat(e, heads)
-    return int((seg_end - s[heads]).sum())
-
-
-def kernel_breakdown(ranges: pd.DataFrame, pairs: tuple[np.ndarray, np.ndarray], acts: pd.DataFrame) -> pd.DataFrame:
-    """Per range, per (kind, kernel): count and time (KERNEL_COLUMNS), biggest first within each range."""
-    r_idx, a_idx = pairs
-    if not len(r_idx):
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in KERNEL_COLUMNS})
-    flat = pd.DataFrame(
-        {
-            "row": r_idx,
-            "kind": acts["kind"].to_numpy()[a_idx],
-            "kernel": acts["name"].to_numpy()[a_idx],
-            "kernel_full": acts["full_name"].to_numpy()[a_idx],
-            "dur": (acts["end_ns"].to_numpy() - acts["start_ns"].to_numpy())[a_idx],
-        }
-    )
-    g = flat.groupby(["row", "kind", "kernel", "kernel_full"], sort=True, dropna=False)["dur"]
-    out = g.agg(count="size", gpu_sum_ns="sum", gpu_min_ns="min", gpu_max_ns="max").reset_index()
-    out["gpu_mean_ns"] = out["gpu_sum_ns"] / out["count"]
-    meta = ranges.iloc[out["row"].to_numpy()]
-    for col, src in (
-        ("range_id", "range_id"),
-        ("domain", "domain"),
-        ("range_name", "name"),
-        ("pid", "pid"),
-        ("tid", "tid"),
-    ):
-        out[col] = meta[src].to_numpy()
-    total = meta["gpu_sum_ns"].to_numpy().astype(float)
-    out["share"] = np.divide(out["gpu_sum_ns"].to_numpy(), total, out=np.zeros(len(out)), where=total > 0)
-    out = out.sort_values(["row", "gpu_sum_ns", "kernel"], ascending=[True, False, True], kind="stable")
-    return out[KERNEL_COLUMNS].reset_index(drop=True)
 
 
 def summarize_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
@@ -371,21 +174,21 @@ def _warnings(export: db.NsysExport, ranges: pd.DataFrame, open_ranges: int, pid
         out.append(f"{open_ranges} NVTX range(s) never ended (process exit or capture stop) and are left out")
     if not export.has(db.RUNTIME):
         out.append("the export has no CUDA API trace (CUPTI_ACTIVITY_KIND_RUNTIME): GPU columns are all 0")
-    last = db.last_runtime_end(export)
+    last = rd.last_runtime_end(export)
     for gp, end in sorted(last.items()):
-        late = ranges[(db.global_pid(ranges["global_tid"]) == gp) & (ranges["start_ns"] > end)]
+        late = ranges[(rd.global_pid(ranges["global_tid"]) == gp) & (ranges["start_ns"] > end)]
         if len(late):
             out.append(
-                f"pid {db.pid_of(gp)}: the CUDA trace stops at {end} ns but {len(late)} range(s) start "
+                f"pid {rd.pid_of(gp)}: the CUDA trace stops at {end} ns but {len(late)} range(s) start "
                 f"after it (buffers not flushed before exit?); their GPU columns are 0"
             )
     for (domain, name), grp in ranges.groupby(["domain", "name"], sort=True) if last else ():
         if grp["api_calls"].sum() == 0 and not any(
             int(gp) in last and int(s) <= last[int(gp)]
-            for gp, s in zip(db.global_pid(grp["global_tid"]), grp["start_ns"])
+            for gp, s in zip(rd.global_pid(grp["global_tid"]), grp["start_ns"])
         ):
             label = range_label(domain, name)
-            others = sorted(db.pid_of(g) for g in last if g not in set(db.global_pid(grp["global_tid"])))
+            others = sorted(rd.pid_of(g) for g in last if g not in set(rd.global_pid(grp["global_tid"])))
             where = f"; CUDA calls were traced in pid(s) {', '.join(map(str, others))}" if others else ""
             out.append(
                 f"range '{label}' (pid {', '.join(map(str, sorted(grp['pid'].unique())))}) has no CUDA "
@@ -393,7 +196,7 @@ def _warnings(export: db.NsysExport, ranges: pd.DataFrame, open_ranges: int, pid
                 f"attributed{where}; emit the range where the kernels are launched"
             )
     gpids = set(pids) | set(last)
-    out += [f"nsys: {w}" for w in db.read_diagnostics(export, gpids)]
+    out += [f"nsys: {w}" for w in rd.read_diagnostics(export, gpids)]
     return out
 
 

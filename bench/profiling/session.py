@@ -15,6 +15,7 @@ import subprocess
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.errors import BenchError
 
@@ -82,46 +83,14 @@ class Capture:
         if self.nsys:
             _post(base_url + "/stop_profile")
 
-    def finalize(self, engine_id: str, server_log: str = "") -> dict:
-        """After the server stopped: export and analyze what this engine's capture produced."""
-        from bench.profiling.nsys_analysis import analyze
-
+    def finalize(self, engine_id: str, server_log: str = "") -> dict[str, Any]:
+        """After the server stopped: export and analyze what this engine's capture produced. A failure is
+        recorded in the result ("error"), not raised: the sweep's points are done by then."""
         base = self.report_base(engine_id)
-        out = {"engine_id": engine_id, "mode": self.mode}
+        out: dict[str, Any] = {"engine_id": engine_id, "mode": self.mode}
         try:
             if self.nsys:
-                reps = generated_reports(server_log) or sorted(base.parent.glob(base.name + "*.nsys-rep"))
-                if not reps:
-                    raise BenchError(f"nsys wrote no report for {base} (see the server log)")
-                reps = collect_reports(reps, base)
-                out["reports"] = []
-                for rep in reps:
-                    sqlite = rep.with_suffix(".sqlite")
-                    subprocess.run(
-                        [
-                            self.nsys,
-                            "export",
-                            "--type",
-                            "sqlite",
-                            "--force-overwrite=true",
-                            "-o",
-                            str(sqlite),
-                            str(rep),
-                        ],
-                        check=True,
-                        capture_output=True,
-                        timeout=1200,
-                    )
-                    result = analyze(sqlite, rep.with_suffix(".analysis"))
-                    out["reports"].append(
-                        {
-                            "nsys_rep": rep.name,
-                            "sqlite": sqlite.name,
-                            "tables": {k: str(v) for k, v in result["paths"].items()},
-                            "headline": result["headline"],
-                            "warnings": result["warnings"],
-                        }
-                    )
+                out["reports"] = self._finalize_nsys(self.nsys, base, server_log)
             else:
                 out.update(_finalize_timing(base.with_suffix(".timing"), base.with_suffix(".analysis")))
         except (BenchError, subprocess.SubprocessError, OSError) as exc:
@@ -129,6 +98,34 @@ class Capture:
             log.error("capture of %s: %s", engine_id, exc)
         self.outputs.append(out)
         return out
+
+    @staticmethod
+    def _finalize_nsys(nsys: str, base: Path, server_log: str) -> list[dict[str, Any]]:
+        reps = generated_reports(server_log) or sorted(base.parent.glob(base.name + "*.nsys-rep"))
+        if not reps:
+            raise BenchError(f"nsys wrote no report for {base} (see the server log)")
+        return [_export_and_analyze(nsys, rep) for rep in collect_reports(reps, base)]
+
+
+def _export_and_analyze(nsys: str, rep: Path) -> dict[str, Any]:
+    """`nsys export --type sqlite` of one report, then the per-range analysis beside it."""
+    from bench.profiling.nsys_analysis import analyze
+
+    sqlite = rep.with_suffix(".sqlite")
+    subprocess.run(
+        [nsys, "export", "--type", "sqlite", "--force-overwrite=true", "-o", str(sqlite), str(rep)],
+        check=True,
+        capture_output=True,
+        timeout=1200,
+    )
+    result = analyze(sqlite, rep.with_suffix(".analysis"))
+    return {
+        "nsys_rep": rep.name,
+        "sqlite": sqlite.name,
+        "tables": {k: str(v) for k, v in result["paths"].items()},
+        "headline": result["headline"],
+        "warnings": result["warnings"],
+    }
 
 
 def generated_reports(log_text: str) -> list[Path]:
@@ -157,7 +154,7 @@ def collect_reports(reports: list[Path], base: Path) -> list[Path]:
     return out
 
 
-def _finalize_timing(timing_dir: Path, out_dir: Path) -> dict:
+def _finalize_timing(timing_dir: Path, out_dir: Path) -> dict[str, Any]:
     from bench.profiling.nsys_analysis import summarize_ranges
     from bench.profiling.plot import plot_range_breakdown
     from bench.profiling.timing import load_timing_dir

@@ -174,10 +174,6 @@ def _key(line: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def table_for(version: str) -> tuple[Target, ...]:
-    return TABLES[line_for(version)[0]]
-
-
 def parse_extra_targets(text: str | None) -> tuple[list[Target], list[str]]:
     """Rows from BENCH_NVTX_EXTRA_TARGETS and the entries that could not be parsed.
 

@@ -26,6 +26,10 @@ Recording (inside vLLM's processes, so: standard library only, torch only if the
 - File format: the first line is a header {"format": "bench-timing", "version": 1, "fields": [...],
   "gpu_fields": [...], "pid": ..., ...}; then one JSON array per line: a range [seq, name, tid, start_ns,
   end_ns], or its GPU times ["gpu", seq, gpu_start_ns, gpu_end_ns, gpu_span_ns]. A torn line is skipped.
+
+Why one module of ~400 lines: the writer (standard library only, it runs inside vLLM) and the reader (pandas, in
+the suite) of this one file format stay side by side, so that a change of the format is one diff, with its
+VERSION bump, that a reviewer sees whole.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ GPU_FIELDS = ("seq", "gpu_start_ns", "gpu_end_ns", "gpu_span_ns")
 FLUSH_INTERVAL_S = 0.0  # write after every outermost range (see the module docstring for why)
 GPU_INTERVAL_S = 0.5  # how often completed CUDA events are read
 FLUSH_RECORDS = 8192  # write anyway when this many ranges wait (a very long outer range)
-TID_MASK = 0xFFFFFF  # nsys globalTid = pid << 24 | tid (what nsys_sqlite.pid_of undoes)
+TID_MASK = 0xFFFFFF  # nsys globalTid = pid << 24 | tid (what nsys_readers.pid_of undoes)
 REANCHOR_MS = 1000.0
 # The ranges table of bench.profiling.nsys_analysis, column for column.
 RANGE_COLUMNS = [
@@ -251,7 +255,8 @@ class TimingRecorder:
         return quoted
 
     def _resolve(self, wait: bool) -> list[str]:
-        gpu, out = self._gpu, []
+        gpu = self._gpu
+        out: list[str] = []
         if not isinstance(gpu, _GpuClock):
             self.pending = []
             return out

@@ -20,8 +20,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.profiling import plugin, targets, timing
-from bench.profiling.nsys_analysis import RANGE_GPU_COLUMNS, summarize_ranges
+from bench.profiling import import_hook, nvtx_check, plugin, targets, timing, wrapping
+from bench.profiling.nsys_analysis import summarize_ranges
+from bench.profiling.nsys_attribution import RANGE_GPU_COLUMNS
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "nvtx-ranges.md"
@@ -36,9 +37,9 @@ ENV_KEYS = (
     plugin.ENV_NVTX,
     plugin.ENV_TIMING,
     plugin.ENV_TIMING_DIR,
-    plugin.ENV_WARNED,
+    wrapping.ENV_WARNED,
     targets.EXTRA_TARGETS_ENV,
-    *plugin.TOOL_ENV,
+    *nvtx_check.TOOL_ENV,
 )
 
 
@@ -226,21 +227,41 @@ def test_doc_lists_every_range_and_row():
             assert row.attrs[0] in text, row
 
 
+# The modules that run inside vLLM's processes; they may import each other and nothing else from the suite.
+PLUGIN_SIDE = {"plugin", "nvtx_check", "wrapping", "import_hook", "targets", "timing"}
+
+
+def suite_imports(name: str) -> set[str]:
+    """The bench.* modules a module of bench/profiling imports (`from bench.profiling import x` counts as x)."""
+    found = set()
+    for node in ast.walk(ast.parse((REPO / "bench" / "profiling" / f"{name}.py").read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module == "bench.profiling":
+            found |= {f"bench.profiling.{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            found.add(node.module or "")
+    return {m for m in found if m == "bench" or m.startswith("bench.")}
+
+
 def test_plugin_modules_import_nothing_else_from_the_suite():
-    allowed = {"bench.profiling.targets", "bench.profiling.timing", "bench.profiling"}
-    for name in ("plugin", "targets", "timing"):
-        tree = ast.parse((REPO / "bench" / "profiling" / f"{name}.py").read_text())
-        for node in ast.walk(tree):
-            mods = (
-                [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else []
-            )
-            for mod in mods:
-                if mod == "bench" or mod.startswith("bench."):
-                    assert name == "plugin" and mod in allowed, f"{name}.py imports {mod}"
+    allowed = {f"bench.profiling.{m}" for m in PLUGIN_SIDE}
+    for name in sorted(PLUGIN_SIDE):
+        assert suite_imports(name) <= allowed, f"{name}.py imports {suite_imports(name) - allowed}"
+    assert "bench.profiling.nsys_analysis" not in allowed and suite_imports("session") - allowed, "check the check"
+
+
+def test_an_active_plugin_loads_only_plugin_side_modules(tmp_path):
+    code = f"""
+        import json, sys
+        from bench.profiling import plugin
+        plugin.activate(nvtx=True, timing=True, timing_dir={str(tmp_path / "t")!r}, version="0.32.0")
+        print(json.dumps(sorted(m for m in sys.modules if m.startswith("bench"))))
+    """
+    out = run_python(code, {}, tmp_path)
+    assert out.returncode == 0, out.stderr
+    loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert loaded == {"bench", "bench.profiling"} | {f"bench.profiling.{m}" for m in PLUGIN_SIDE}
 
 
 # --- activation, wrapping, idempotence ---------------------------------------------------------------------
@@ -281,8 +302,8 @@ def test_wraps_on_import_and_records(fake_pkg, tmp_path):
     runner = importlib.import_module(mod_name)
     assert not prof.waiting and prof.finder not in sys.meta_path, "finder must go once everything is wrapped"
     # Sub gets its own wrapper of the inherited method; Base stays as it was.
-    assert getattr(runner.Sub.__dict__["build"], plugin.MARK) == "bench.t.build"
-    assert "build" in runner.Base.__dict__ and not hasattr(runner.Base.build, plugin.MARK)
+    assert getattr(runner.Sub.__dict__["build"], wrapping.MARK) == "bench.t.build"
+    assert "build" in runner.Base.__dict__ and not hasattr(runner.Base.build, wrapping.MARK)
     assert runner.Sub().build(3) == 6 and runner.Base().build(1) == 2
     assert runner.Sub.stat(1) == 2 and runner.Sub().stat(2) == 3
     assert runner.Sub.klass(5) == ("Sub", 5) and runner.Base.klass(1) == ("Base", 1)
@@ -319,10 +340,10 @@ def test_set_enabled_swaps_wrappers_out_and_back_in_place(fake_pkg, tmp_path):
     obj = runner.Sub()
     prof.set_enabled(False)
     # Off: Sub's inherited method is inherited again (no attribute of its own), the others are the originals.
-    assert "build" not in runner.Sub.__dict__ and not hasattr(runner.Base.stat, plugin.MARK)
+    assert "build" not in runner.Sub.__dict__ and not hasattr(runner.Base.stat, wrapping.MARK)
     assert obj.build(2) == 4 and runner.Sub.stat(1) == 2 and runner.Sub.klass(1) == ("Sub", 1)
     prof.set_enabled(True)
-    assert getattr(runner.Sub.__dict__["build"], plugin.MARK) == "bench.t.build"
+    assert getattr(runner.Sub.__dict__["build"], wrapping.MARK) == "bench.t.build"
     assert obj.build(3) == 6
     prof.set_enabled(True)  # idempotent
     prof.recorder.close()
@@ -342,7 +363,7 @@ def test_module_half_imported_at_register_is_wrapped_when_done(fake_pkg, tmp_pat
         runner.__spec__._initializing = False
     importlib.util.find_spec("benchfake_not_there")  # any later import lookup gives the finder its chance
     assert not prof.deferred and len(prof.wrapped) == 3 and prof.finder not in sys.meta_path
-    assert hasattr(runner.Sub.__dict__["build"], plugin.MARK)
+    assert hasattr(runner.Sub.__dict__["build"], wrapping.MARK)
 
 
 def test_failed_import_is_wrapped_on_the_retry(fake_pkg, tmp_path, monkeypatch):
@@ -356,7 +377,7 @@ def test_failed_import_is_wrapped_on_the_retry(fake_pkg, tmp_path, monkeypatch):
     path.write_text(source)
     importlib.invalidate_caches()
     runner = importlib.import_module(f"{fake_pkg}.runner")
-    assert hasattr(runner.Sub.__dict__["build"], plugin.MARK) and not prof.waiting
+    assert hasattr(runner.Sub.__dict__["build"], wrapping.MARK) and not prof.waiting
     assert "exec_module" not in vars(runner.__spec__.loader), "the loader is left as it was"
 
 
@@ -371,7 +392,7 @@ def test_idempotent(fake_pkg, tmp_path, monkeypatch):
     plugin.register()
     assert plugin._PROFILER is prof and runner.Sub.__dict__["build"] is wrapper
     # A second profiler (e.g. a second copy of the module) finds the mark and does not wrap again.
-    second = plugin.Profiler(rows=rows_for(fake_pkg), recorder=prof.recorder)
+    second = wrapping.Profiler(rows=rows_for(fake_pkg), recorder=prof.recorder)
     second.wrap_module(runner, second.rows)
     assert runner.Sub.__dict__["build"] is wrapper and wrapper.__wrapped__ is original
     assert not second.originals and len(second.wrapped) == 3
@@ -430,7 +451,7 @@ def test_missing_target_warned_once_listing_names(fake_pkg, tmp_path, log_record
     plugin.activate(nvtx=True, timing=False, version="0.32.0", rows=rows)
     importlib.import_module(mod)
     assert len([r for r in log_records if r.levelno == logging.WARNING]) == 2
-    assert "bench.t.gone" in os.environ[plugin.ENV_WARNED]
+    assert "bench.t.gone" in os.environ[wrapping.ENV_WARNED]
 
 
 def test_bad_extra_entries_and_unknown_versions_are_reported(log_records):
@@ -441,9 +462,11 @@ def test_bad_extra_entries_and_unknown_versions_are_reported(log_records):
 
 
 def test_module_exists_without_importing(fake_pkg):
-    assert plugin.module_exists(f"{fake_pkg}.runner") and plugin.module_exists(fake_pkg)
-    assert not plugin.module_exists(f"{fake_pkg}.nowhere") and not plugin.module_exists(f"{fake_pkg}.runner.x")
-    assert not plugin.module_exists("benchfake_no_such_package.x")
+    assert import_hook.module_exists(f"{fake_pkg}.runner") and import_hook.module_exists(fake_pkg)
+    assert not import_hook.module_exists(f"{fake_pkg}.nowhere") and not import_hook.module_exists(
+        f"{fake_pkg}.runner.x"
+    )
+    assert not import_hook.module_exists("benchfake_no_such_package.x")
     assert fake_pkg not in sys.modules
 
 
@@ -453,20 +476,20 @@ def test_module_exists_without_importing(fake_pkg):
 def test_dummy_domain_guard():
     nvtx = pytest.importorskip("nvtx")
     dummy = nvtx._lib.DummyDomain()
-    assert plugin.check_domain(dummy, nvtx, None) == (None, None)
-    domain, problem = plugin.check_domain(dummy, nvtx, "NSYS_PROFILING_SESSION_ID")
+    assert nvtx_check.check_domain(dummy, nvtx, None) == (None, None)
+    domain, problem = nvtx_check.check_domain(dummy, nvtx, "NSYS_PROFILING_SESSION_ID")
     assert domain is None and "DummyDomain" in problem and "MISSING" in problem
     real = object()  # anything that is not a DummyDomain is taken as a working domain
-    assert plugin.check_domain(real, nvtx, "NVTX_INJECTION64_PATH") == (real, None)
+    assert nvtx_check.check_domain(real, nvtx, "NVTX_INJECTION64_PATH") == (real, None)
     # No tool attached in this process: nvtx hands out its no-op domain, and that is fine.
-    assert plugin.nvtx_domain("bench", env={}) == (None, None)
-    assert plugin.nvtx_domain("bench", env={"NVTX_INJECTION64_PATH": "/x.so"})[1] is not None
+    assert nvtx_check.nvtx_domain("bench", env={}) == (None, None)
+    assert nvtx_check.nvtx_domain("bench", env={"NVTX_INJECTION64_PATH": "/x.so"})[1] is not None
 
 
 def test_missing_nvtx_package_with_a_tool_is_an_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "nvtx", None)  # import nvtx -> ImportError
-    assert plugin.nvtx_domain("bench", env={}) == (None, None)
-    domain, problem = plugin.nvtx_domain("bench", env={"NSYS_PROFILING_SESSION_ID": "7"})
+    assert nvtx_check.nvtx_domain("bench", env={}) == (None, None)
+    domain, problem = nvtx_check.nvtx_domain("bench", env={"NSYS_PROFILING_SESSION_ID": "7"})
     assert domain is None and "not installed" in problem
 
 
@@ -507,7 +530,7 @@ def test_nvtx_push_pop_around_the_call_also_on_error():
             raise KeyError(x)
         return x
 
-    w = plugin.make_wrapper(f, "bench.t", domain=domain)
+    w = wrapping.make_wrapper(f, "bench.t", domain=domain)
     assert w(1) == 1
     with pytest.raises(KeyError):
         w(-1)
@@ -536,8 +559,8 @@ def nsys_range_columns() -> list[str]:
 def test_timing_schema_is_the_nsys_ranges_schema(tmp_path):
     assert nsys_range_columns() == timing.RANGE_COLUMNS
     rec = timing.TimingRecorder(tmp_path)
-    outer = plugin.make_wrapper(lambda: [inner() for _ in range(3)], "bench.outer", recorder=rec)
-    inner = plugin.make_wrapper(lambda: None, "bench.inner", recorder=rec)
+    outer = wrapping.make_wrapper(lambda: [inner() for _ in range(3)], "bench.outer", recorder=rec)
+    inner = wrapping.make_wrapper(lambda: None, "bench.inner", recorder=rec)
     outer()
     outer()
     rec.close()
@@ -587,7 +610,7 @@ def test_timing_file_reading_edge_cases(tmp_path):
 
 def test_written_at_once_so_a_sigkill_loses_nothing_finished(tmp_path):
     rec = timing.TimingRecorder(tmp_path)
-    f = plugin.make_wrapper(lambda: None, "bench.x", recorder=rec)
+    f = wrapping.make_wrapper(lambda: None, "bench.x", recorder=rec)
     f()
     f()
     # No close(): what a SIGKILLed EngineCore leaves behind.
@@ -602,7 +625,7 @@ def test_forked_child_writes_its_own_file(tmp_path):
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("no fork")
     rec = timing.TimingRecorder(tmp_path, flush_interval_s=3600)
-    f = plugin.make_wrapper(lambda: None, "bench.x", recorder=rec)
+    f = wrapping.make_wrapper(lambda: None, "bench.x", recorder=rec)
     rec.next_flush_ns = 2**62
     f()  # pending in the parent when it forks
     child = multiprocessing.get_context("fork").Process(target=_child_records, args=(rec, f))
@@ -626,10 +649,10 @@ def test_overhead_with_no_tool_attached_is_under_a_microsecond():
         return x
 
     base = per_call_ns(noop)
-    wrapped = plugin.make_wrapper(noop, "bench.x")  # what BENCH_NVTX=1 installs when no tool is attached
+    wrapped = wrapping.make_wrapper(noop, "bench.x")  # what BENCH_NVTX=1 installs when no tool is attached
     assert per_call_ns(wrapped) - base < 1000
     nvtx = pytest.importorskip("nvtx")
-    forced = plugin.make_wrapper(noop, "bench.x", domain=nvtx.get_domain("bench"))  # nvtx's no-op calls
+    forced = wrapping.make_wrapper(noop, "bench.x", domain=nvtx.get_domain("bench"))  # nvtx's no-op calls
     assert per_call_ns(forced) - base < 1000
 
 
@@ -645,7 +668,7 @@ def test_cuda_event_timing_and_graph_capture(tmp_path):
     a @ a  # the first matmul also creates the cuBLAS handle (100+ ms): keep it out of the timed calls
     torch.cuda.synchronize()
     rec = timing.TimingRecorder(tmp_path, gpu_interval_s=0.0)
-    matmul = plugin.make_wrapper(lambda x: x @ x, "bench.matmul", recorder=rec)
+    matmul = wrapping.make_wrapper(lambda x: x @ x, "bench.matmul", recorder=rec)
     for _ in range(5):
         matmul(a)
     # Inside a capture no event may be recorded (it would be captured and break the graph or the timing).
@@ -658,7 +681,7 @@ def test_cuda_event_timing_and_graph_capture(tmp_path):
     torch.cuda.current_stream().wait_stream(side)
     with torch.cuda.graph(graph):
         out = matmul(static)
-    replay = plugin.make_wrapper(graph.replay, "bench.replay", recorder=rec)
+    replay = wrapping.make_wrapper(graph.replay, "bench.replay", recorder=rec)
     for _ in range(3):
         replay()
     torch.cuda.synchronize()
