@@ -1,11 +1,27 @@
+import re
 import subprocess
 import sys
+
+import pytest
+
+COMMANDS = {"patch", "sweep", "profile", "report", "compare", "ab", "models"}
 
 
 def test_help_lists_every_subcommand():
     out = subprocess.run([sys.executable, "-m", "bench", "--help"], capture_output=True, text=True, check=True).stdout
-    for name in ("patch", "sweep", "profile", "report", "compare", "ab", "models"):
-        assert name in out
+    # Each command is the first word of a line indented by exactly 4 spaces (argparse's subcommand list);
+    # matching words anywhere would let "ab" pass on "tables".
+    assert set(re.findall(r"^ {4}(\w+)\b", out, flags=re.MULTILINE)) == COMMANDS
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_subcommand_has_its_own_help(command, capsys):
+    from bench.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: python -m bench {command} ")
 
 
 def test_user_errors_are_one_line_without_traceback(tmp_path):

@@ -1,8 +1,12 @@
 import hashlib
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
+from bench import models
 from bench.models import FLAVORS, cache_folder, prompt_text, write_tiny_models
 
 
@@ -51,6 +55,20 @@ def test_tokenizer_gives_exact_prompt_lengths(tmp_path):
     assert tok.encode(prompt_text(ids)).ids == ids
 
 
-def test_cache_folder_changes_with_the_configs(tmp_path):
-    assert cache_folder(tmp_path, "cpu", "dummy") != cache_folder(tmp_path, "gpu", "dummy")
-    assert cache_folder(tmp_path, "cpu", "dummy") == cache_folder(tmp_path, "cpu", "dummy")
+def test_cache_folder_changes_with_flavor_weights_and_configs(tmp_path, monkeypatch):
+    base = cache_folder(tmp_path, "cpu", "dummy")
+    assert base.parent == tmp_path and base.name.startswith("tiny-cpu-dummy-")
+    assert cache_folder(tmp_path, "gpu", "dummy") != base
+    assert cache_folder(tmp_path, "cpu", "zero-final-norm") != base
+    real = models.draft_config  # one field of one config changes: the weights written before must not be reused
+    monkeypatch.setattr(models, "draft_config", lambda flavor: {**real(flavor), "num_hidden_layers": 2})
+    assert cache_folder(tmp_path, "cpu", "dummy") != base
+
+
+def test_cache_folder_is_the_same_in_another_process(tmp_path):
+    """The sweep finds a model written by an earlier run: the name must not depend on the process (a key built
+    with hash() or set order would change with the hash seed)."""
+    code = f"from bench.models import cache_folder; print(cache_folder({str(tmp_path)!r}, 'cpu', 'dummy'))"
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(cache_folder(tmp_path, "cpu", "dummy"))
