@@ -1,5 +1,6 @@
 """Tiny Kimi-shaped models, generated locally: a DeepseekV3 (MLA + MoE) target with Kimi K2.6's real MLA dims,
-a matching EAGLE3 MLA draft, and a word-level tokenizer, so `vllm serve` runs with no model hub.
+a matching EAGLE3 MLA draft, and a byte-level tokenizer with a chat template (every text encodes, every id
+decodes), so `vllm serve` runs with no model hub and text workloads go through the chat API.
 
 Weights are random (`--load-format dummy`) unless `weights` is asked for; `zero_final_norm` writes real
 safetensors whose final RMSNorm is zero in target and draft, so every logit is 0, greedy picks token 0 in
@@ -8,7 +9,9 @@ both, and every draft token is accepted.
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +20,9 @@ from bench.store import atomic_write_bytes
 
 VOCAB_SIZE = 2048
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
+# Part of the cache key: a cached model whose tokenizer an older generator wrote is never reused.
+# 1: word-level `w<id>`; 2: byte-level (specials 0-2, bytes 3-258, multi-byte fillers up to the vocab size).
+TOKENIZER_VERSION = 2
 MLA_DIMS = {"kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
 ROPE_SCALING = {
     "type": "yarn",
@@ -137,12 +143,13 @@ class TinyModels:
 
 
 def cache_folder(root: Path, flavor: str, weights: str) -> Path:
-    """Where the sweep keeps a tiny model: named by flavor, weights and a hash of both configs, so that a change
-    of the generator never reuses weights written for other shapes."""
+    """Where the sweep keeps a tiny model: named by flavor, weights and a hash of both configs and the tokenizer
+    version, so that a change of the generator never reuses weights or a tokenizer written for other shapes."""
     import hashlib
 
     f = FLAVORS[flavor]
-    digest = hashlib.sha256(json.dumps([target_config(f), draft_config(f)], sort_keys=True).encode()).hexdigest()
+    key = [target_config(f), draft_config(f), {"tokenizer_version": TOKENIZER_VERSION}]
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
     return Path(root) / f"tiny-{flavor}-{weights}-{digest[:8]}"
 
 
@@ -181,13 +188,22 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
     atomic_write_bytes(path, data, mode=0o644)
 
 
-def _write_tokenizer(folder: Path) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers
+def _write_tokenizer(folder: Path, vocab_size: int = VOCAB_SIZE) -> None:
+    """A byte-level BPE tokenizer of exactly `vocab_size` ids: the specials, then one token per byte (so any text
+    encodes, one token per UTF-8 byte: no merges), then multi-byte filler tokens that encoding never produces but
+    that decode to printable ASCII, so every id a random-id prompt or a dummy-weight model emits decodes."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
+    symbols = _byte_symbols()
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
-    vocab.update({f"w{i}": i for i in range(len(SPECIAL_TOKENS), VOCAB_SIZE)})
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    vocab.update({symbols[b]: len(SPECIAL_TOKENS) + b for b in range(256)})
+    if vocab_size < len(vocab):
+        raise BenchError(f"a byte-level tokenizer needs a vocab of at least {len(vocab)} ids, asked {vocab_size}")
+    vocab.update({text: i for i, text in zip(range(len(vocab), vocab_size), _filler_tokens(symbols))})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     _atomic_write_bytes(folder / "tokenizer.json", tok.to_str().encode())
     _write_json(
         folder / "tokenizer_config.json",
@@ -204,6 +220,17 @@ def _write_tokenizer(folder: Path) -> None:
     )
 
 
-def prompt_text(token_ids: list[int]) -> str:
-    """The text that the tiny tokenizer turns into exactly these ids (ids >= len(SPECIAL_TOKENS))."""
-    return " ".join(f"w{i}" for i in token_ids)
+def _byte_symbols() -> list[str]:
+    """The printable character the ByteLevel pre-tokenizer and decoder use for each byte value (GPT-2's mapping:
+    printable Latin-1 bytes stand for themselves, the others are shifted past U+0100), indexed by byte."""
+    printable = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
+    shifted = iter(range(0x100, 0x200))
+    return [chr(b) if b in printable else chr(next(shifted)) for b in range(256)]
+
+
+def _filler_tokens(symbols: list[str]) -> Iterator[str]:
+    """Distinct strings of 2, then 3, ... printable ASCII bytes (space included), in byte order."""
+    ascii_symbols = [symbols[b] for b in range(0x20, 0x7F)]
+    for length in itertools.count(2):
+        for combo in itertools.product(ascii_symbols, repeat=length):
+            yield "".join(combo)

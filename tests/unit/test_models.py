@@ -7,7 +7,9 @@ import sys
 import pytest
 
 from bench import models
-from bench.models import FLAVORS, cache_folder, prompt_text, write_tiny_models
+from bench.errors import BenchError
+from bench.loadgen import make_prompts
+from bench.models import FLAVORS, SPECIAL_TOKENS, VOCAB_SIZE, cache_folder, write_tiny_models
 
 
 def digest(folder):
@@ -46,13 +48,30 @@ def test_deterministic_and_idempotent_with_zero_norm_weights(tmp_path):
     assert draft["midlayer.self_attn.q_a_proj.weight"].shape == (128, 512)  # the draft layer sees [embeds, hidden]
 
 
-def test_tokenizer_gives_exact_prompt_lengths(tmp_path):
+def test_byte_level_tokenizer_encodes_any_text_and_decodes_every_id(tmp_path):
     from tokenizers import Tokenizer
 
     m = write_tiny_models(tmp_path, "cpu")
     tok = Tokenizer.from_file(str(m.target / "tokenizer.json"))
-    ids = [5, 17, 2000, 3, 999]
-    assert tok.encode(prompt_text(ids)).ids == ids
+    assert tok.get_vocab_size() == VOCAB_SIZE
+    text = "def f(x):\n    return 'héllo, 日本'  \t~"
+    ids = tok.encode(text).ids
+    assert len(ids) == len(text.encode()) and min(ids) >= len(SPECIAL_TOKENS)  # one token per byte, no special
+    assert tok.decode(ids) == text
+    assert [tok.token_to_id(t) for t in SPECIAL_TOKENS] == [0, 1, 2]
+    assert all(tok.decode([i]) for i in range(len(SPECIAL_TOKENS), VOCAB_SIZE))  # every ordinary id decodes
+    prompt = make_prompts(1, 64, VOCAB_SIZE, seed=0)[0]  # the random-id workload's ids stay valid
+    assert all(tok.id_to_token(i) is not None for i in prompt)
+
+
+def test_tokenizer_vocab_size_is_a_parameter(tmp_path):
+    from tokenizers import Tokenizer
+
+    models._write_tokenizer(tmp_path, vocab_size=70000)
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    assert tok.get_vocab_size() == 70000 and tok.decode([69999])
+    with pytest.raises(BenchError, match="at least 259"):
+        models._write_tokenizer(tmp_path / "small", vocab_size=100)
 
 
 def test_cache_folder_changes_with_flavor_weights_and_configs(tmp_path, monkeypatch):
@@ -72,3 +91,9 @@ def test_cache_folder_is_the_same_in_another_process(tmp_path):
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == str(cache_folder(tmp_path, "cpu", "dummy"))
+
+
+def test_cache_folder_changes_with_the_tokenizer_version(tmp_path, monkeypatch):
+    before = cache_folder(tmp_path, "cpu", "dummy")
+    monkeypatch.setattr(models, "TOKENIZER_VERSION", models.TOKENIZER_VERSION + 1)
+    assert cache_folder(tmp_path, "cpu", "dummy") != before
