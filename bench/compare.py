@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.fmt import fmt, is_missing
 from bench.metrics import request_latencies
 from bench.stats import Comparison, compare_servers
 from bench.store import SweepStore
@@ -184,14 +185,10 @@ def regressions(result: dict, gated=GATED) -> pd.DataFrame:
     return pd.concat([slower, broken], ignore_index=True)
 
 
-def _f(x, spec="{:.3f}"):
-    return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else spec.format(x)
-
-
 def _ratio(r) -> str:
-    if r is None or _f(r.ratio) == "-":
+    if r is None or is_missing(r.ratio):
         return "-"
-    ci = f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if _f(r.ci_low) != "-" else ""
+    ci = f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if not is_missing(r.ci_low) else ""
     return f"{r.ratio:.3f}{ci}"
 
 
@@ -200,7 +197,7 @@ def _verdict_cell(r) -> str:
         return "-"
     if r.verdict == "insufficient data":
         return f"insufficient data (needs {r.needed} server starts a side, has {r.n_base}/{r.n_cand})"
-    if r.verdict == "no change" and _f(r.mde) != "-":
+    if r.verdict == "no change" and not is_missing(r.mde):
         return f"no change (detectable: {r.mde:.1%})"
     return str(r.verdict)
 
@@ -256,9 +253,9 @@ def _noise_lines(t: pd.DataFrame) -> list[str]:
     between, within, mde = (thr[c].dropna() for c in ("between_cv", "within_cv", "mde"))
     return [
         "",
-        f"Noise (baseline output throughput): between server starts median CV {_f(between.median() if len(between) else None, '{:.1%}')}, "
-        f"within one server (trials) median CV {_f(within.median() if len(within) else None, '{:.1%}')}; "
-        f"smallest change this design detects (power 80%): median {_f(mde.median() if len(mde) else None, '{:.1%}')}.",
+        f"Noise (baseline output throughput): between server starts median CV {fmt(between.median() if len(between) else None, '.1%')}, "
+        f"within one server (trials) median CV {fmt(within.median() if len(within) else None, '.1%')}; "
+        f"smallest change this design detects (power 80%): median {fmt(mde.median() if len(mde) else None, '.1%')}.",
     ]
 
 
@@ -272,9 +269,9 @@ def _details(t: pd.DataFrame, d: pd.DataFrame) -> list[str]:
     ]
     for r in t.itertuples():
         lines.append(
-            f"| {r.label} | {r.metric} | {_f(r.baseline, '{:.4g}')} | {_f(r.candidate, '{:.4g}')} | {_ratio(r)} | "
-            f"{_f(r.p_value, '{:.3g}')} | {r.n_base}/{r.n_cand} | {_f(r.between_cv, '{:.1%}')} | "
-            f"{_f(r.within_cv, '{:.1%}')} | {_f(r.mde, '{:.1%}')} | {r.verdict} |"
+            f"| {r.label} | {r.metric} | {fmt(r.baseline, '.4g')} | {fmt(r.candidate, '.4g')} | {_ratio(r)} | "
+            f"{fmt(r.p_value, '.3g')} | {r.n_base}/{r.n_cand} | {fmt(r.between_cv, '.1%')} | "
+            f"{fmt(r.within_cv, '.1%')} | {fmt(r.mde, '.1%')} | {r.verdict} |"
         )
     if not d.empty:
         lines += [
@@ -286,7 +283,7 @@ def _details(t: pd.DataFrame, d: pd.DataFrame) -> list[str]:
             "|---|---|---|---|",
         ]
         lines += [
-            f"| {r.label} | {_f(r.throughput_ratio)} | {_f(r.acceptance_factor)} | {_f(r.system_factor)} |"
+            f"| {r.label} | {fmt(r.throughput_ratio, '.3f')} | {fmt(r.acceptance_factor, '.3f')} | {fmt(r.system_factor, '.3f')} |"
             for r in d.itertuples()
         ]
     return [*lines, "", "</details>", ""]

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 
 import pandas as pd
 
+from bench.fmt import fmt, is_missing
 from bench.report import roofline as R
 from bench.report.analysis import ReportData
 
@@ -82,33 +82,9 @@ def esc(v) -> str:
     return html.escape(str(v), quote=True)
 
 
-def is_missing(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA or v is pd.NaT
-
-
-def fmt(v, spec: str | None = None) -> str:
-    """A cell: '–' for unknown, numbers with `spec` (a format spec or 'pct', 'bytes')."""
-    if isinstance(v, (list, tuple)):
-        return "/".join(fmt(x, spec or ".2f") for x in v) if v else "–"
-    if is_missing(v):
-        return "–"
-    if spec == "pct" and isinstance(v, (int, float)):
-        return f"{v:.3%}"
-    if spec == "bytes" and isinstance(v, (int, float)):
-        return human_bytes(v)
-    if spec and isinstance(v, (int, float)) and not isinstance(v, bool):
-        return format(v, spec)
-    if isinstance(v, dict):
-        return ", ".join(f"{k}={x}" for k, x in v.items()) or "–"
-    return str(v)
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.2f} {unit}"
-        n /= 1000
-    return str(n)
+def cell_text(v, spec: str | None = None) -> str:
+    """A cell: '–' for unknown."""
+    return fmt(v, spec, missing="–")
 
 
 def table(
@@ -133,7 +109,7 @@ def table(
                 extra = cell_class(col, v)
                 if extra:
                     cls.append(extra)
-            cells.append(f"<td{_cls(' '.join(cls))}>{esc(fmt(v, spec))}</td>")
+            cells.append(f"<td{_cls(' '.join(cls))}>{esc(cell_text(v, spec))}</td>")
         body.append(f"<tr{_cls(row_class(row) if row_class else None)}>{''.join(cells)}</tr>")
     tid = f' id="{esc(table_id)}"' if table_id else ""
     return f'<div class="scroll"><table{tid}><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
@@ -144,7 +120,7 @@ def _cls(name: str | None) -> str:
 
 
 def kv_table(pairs: list[tuple[str, object]]) -> str:
-    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(fmt(v))}</td></tr>" for k, v in pairs)
+    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(cell_text(v))}</td></tr>" for k, v in pairs)
     return f"<table>{rows}</table>"
 
 
@@ -380,10 +356,10 @@ def roofline_section(data: ReportData, images: dict) -> str:
         "bytes_per_step_per_gpu": ("bytes/step/GPU", "bytes"),
         "max_output_tok_s": ("max tok/s", ",.0f"),
         "output_throughput": ("achieved tok/s", ",.1f"),
-        "fraction_of_max": ("achieved / max", "pct"),
+        "fraction_of_max": ("achieved / max", ".3%"),
         "uniform_experts_read": ("experts/MoE layer (uniform)", ".2f"),
         "max_output_tok_s_uniform": ("max tok/s (uniform)", ",.0f"),
-        "fraction_of_max_uniform": ("achieved / max (uniform)", "pct"),
+        "fraction_of_max_uniform": ("achieved / max (uniform)", ".3%"),
     }
     body = intro + notes
     if len(data.roofline):

@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
-
-def fmt(value, digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    if isinstance(value, list):
-        return "/".join(fmt(v, 2) for v in value)
-    return str(value)
+from bench.fmt import fmt
 
 
 def md_table(df: pd.DataFrame, columns: dict[str, tuple[str, int]]) -> str:
-    """columns: {column: (header, digits)}"""
+    """columns: {column: (header, digits)}. `digits` applies to floats (and lists of them, such as the
+    per-position acceptance); integers print as recorded ("1024", not "1,024")."""
     head = "| " + " | ".join(h for h, _ in columns.values()) + " |"
     sep = "|" + "|".join("---" for _ in columns) + "|"
-    body = ["| " + " | ".join(fmt(row[c], d) for c, (_, d) in columns.items()) + " |" for _, row in df.iterrows()]
+    body = ["| " + " | ".join(_cell(row[c], d) for c, (_, d) in columns.items()) + " |" for _, row in df.iterrows()]
     return "\n".join([head, sep, *body])
+
+
+def _cell(value, digits: int) -> str:
+    return fmt(value, f",.{digits}f" if isinstance(value, (float, list)) else None)
 
 
 RESULT_COLUMNS = {

@@ -1,10 +1,14 @@
+import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pytest
 
+from bench.fmt import fmt, human_bytes
 from bench.report.build import build_report
-from bench.report.markdown import md_table
-from bench.report.tables import points_table
+from bench.report.markdown import md_table, summary_markdown
+from bench.report.tables import points_table, provenance
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "reports" / "examples" / "tiny-gpu-h200"
@@ -17,6 +21,20 @@ def test_summary_of_committed_h200_results_matches_golden(tmp_path):
     df = pd.read_csv(paths["points_csv"])
     assert len(df) == 12 and (df.status == "ok").sum() == 6
     assert set(df[df.status == "failed"].reason) == {"invalid-backend-combination"}
+
+
+COMMITTED = sorted(p.parents[1] for p in (REPO / "reports" / "examples").glob("**/report/summary.md"))
+
+
+def test_committed_examples_are_found():
+    assert len(COMMITTED) >= 5 and EXAMPLE in COMMITTED
+
+
+@pytest.mark.parametrize("sweep_dir", COMMITTED, ids=lambda p: str(p.relative_to(REPO / "reports" / "examples")))
+def test_summary_of_every_committed_example_is_byte_identical(sweep_dir):
+    """summary.md rebuilt from the results directory is, byte for byte, the one committed next to it."""
+    rebuilt = summary_markdown(points_table(sweep_dir), provenance(sweep_dir)).encode()
+    assert rebuilt == (sweep_dir / "report" / "summary.md").read_bytes()
 
 
 def test_points_table_values_from_records():
@@ -34,6 +52,40 @@ def test_md_table_renders_missing_as_dash():
     assert md_table(df, {"a": ("A", 0), "b": ("B", 1), "c": ("C", 2)}) == (
         "| A | B | C |\n|---|---|---|\n| - | 1,234.6 | 0.50/0.25 |"
     )
+
+
+def test_md_table_formats_floats_and_keeps_integers_as_recorded():
+    df = pd.DataFrame([{"n": 1024, "x": 2.0, "s": "a|b"}]).astype({"n": object})
+    assert md_table(df, {"n": ("N", 1), "x": ("X", 0), "s": ("S", 2)}).endswith("| 1024 | 2 | a|b |")
+
+
+@pytest.mark.parametrize(
+    ("value", "spec", "missing", "text"),
+    [
+        (None, ".3f", "-", "-"),
+        (float("nan"), ".3f", "n/a", "n/a"),
+        (np.float64("nan"), None, "–", "–"),
+        (pd.NA, ",.1f", "-", "-"),
+        (1234.5678, ",.1f", "-", "1,234.6"),
+        (np.float64(0.123456), ".1%", "-", "12.3%"),
+        (3, ".3f", "-", "3.000"),
+        (np.int64(7), None, "-", "7"),
+        (True, ".3f", "-", "True"),
+        ("TRITON_MLA", ".3f", "-", "TRITON_MLA"),
+        ([0.5, None, 0.25], ".2f", "-", "0.50/-/0.25"),
+        ([], ".2f", "–", "–"),
+        ({"a": 1, "b": "x"}, None, "-", "a=1, b=x"),
+        (1234, "bytes", "-", "1.23 KB"),
+        (0.000123456, ".3g", "-", "0.000123"),
+    ],
+)
+def test_fmt(value, spec, missing, text):
+    assert fmt(value, spec, missing=missing) == text
+
+
+def test_human_bytes_units():
+    assert [human_bytes(n) for n in (999, 1000, 2.5e9, 7e15)] == ["999 B", "1.00 KB", "2.50 GB", "7,000.00 TB"]
+    assert math.isclose(float(human_bytes(265_328_736).split()[0]), 265.33)
 
 
 def test_report_of_a_sweep_with_only_skipped_points(tmp_path):
