@@ -121,7 +121,10 @@ class Axes(Strict):
     @field_validator("draft_attention_backend")
     @classmethod
     def _backend_names(cls, v):
-        return [b.upper() if b.lower() != "auto" else "auto" for b in v]
+        names = [b.upper() if b.lower() != "auto" else "auto" for b in v]
+        if len(set(names)) != len(names):  # names are case-insensitive: 'flashmla' and 'FLASHMLA' are one point
+            raise ValueError("axis values must be distinct (backend names ignore case)")
+        return names
 
 
 class Hardware(Strict):

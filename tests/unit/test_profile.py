@@ -1,9 +1,11 @@
+import re
+
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bench.errors import BenchError
-from bench.profile import PROFILES_DIR, load_profile, parse_profile
+from bench.profile import PROFILES_DIR, Axes, load_profile, parse_profile
 
 
 @pytest.mark.parametrize("path", sorted(PROFILES_DIR.glob("*.toml")), ids=lambda p: p.stem)
@@ -80,18 +82,41 @@ def test_fuzzed_profiles_either_load_or_raise_bench_error(data, platform):
         assert profile.axes.shapes and profile.name
 
 
-@settings(max_examples=100, deadline=None)
-@given(
-    st.dictionaries(
-        st.sampled_from(
-            ["draft_attention_backend", "draft_kv_cache_dtype", "dcp_size", "num_speculative_tokens", "shapes", "extra"]
-        ),
-        toml_values,
-        max_size=4,
-    )
-)
+AXIS_KEYS = ["draft_attention_backend", "draft_kv_cache_dtype", "dcp_size", "num_speculative_tokens", "shapes"]
+
+
+def shape_numbers(given) -> tuple[int, int, int]:
+    if isinstance(given, str):
+        return tuple(int(n) for n in re.findall(r"\d+", given))
+    return int(given["concurrency"]), int(given["input_len"]), int(given["output_len"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from([*AXIS_KEYS, "extra"]), toml_values, max_size=4))
+@example({"draft_attention_backend": ["flashmla", "AUTO"], "dcp_size": [1, 2], "shapes": ["2x16x8", " 1 x4x2"]})
+@example({"shapes": [{"concurrency": 3, "input_len": 4, "output_len": 2}], "num_speculative_tokens": [0, 3]})
+@example({"draft_attention_backend": ["flashmla", "FLASHMLA"]})  # one backend twice: duplicate points
+@example({"dcp_size": [0]})
+@example({"num_speculative_tokens": []})
+@example({"extra": ["x"]})
 def test_fuzzed_axes(axes):
+    """Either a one-line error about the axes, or axes that hold exactly what was asked: one value per input
+    value, distinct, within bounds, backend names normalized, the defaults where nothing was given."""
     try:
-        parse_profile({"name": "f", "axes": axes}, "cpu", "fuzz.toml")
+        parsed = parse_profile({"name": "f", "axes": axes}, "cpu", "fuzz.toml").axes
     except BenchError as exc:
-        assert "fuzz.toml: axes" in str(exc)
+        assert str(exc).startswith("fuzz.toml: axes") and "\n" not in str(exc)
+        return
+    assert "extra" not in axes, "an unknown axis must be refused"
+    for key in AXIS_KEYS:
+        values = getattr(parsed, key)
+        if key not in axes:
+            assert values == getattr(Axes(), key)
+        else:
+            assert len(values) == len(axes[key]) and len({str(v) for v in values}) == len(values), (key, values)
+    assert all(d >= 1 for d in parsed.dcp_size) and all(k >= 0 for k in parsed.num_speculative_tokens)
+    for name, backend in zip(axes.get("draft_attention_backend", []), parsed.draft_attention_backend):
+        assert backend == ("auto" if name.lower() == "auto" else name.upper())
+    for given_shape, shape in zip(axes.get("shapes", []), parsed.shapes):
+        assert (shape.concurrency, shape.input_len, shape.output_len) == shape_numbers(given_shape)
+        assert shape.concurrency >= 1 and shape.input_len >= 1 and shape.output_len >= 2
