@@ -1,4 +1,8 @@
-"""Command line: argv -> typed arguments -> one function per command. Errors are caught once, here."""
+"""Command line: argv -> typed arguments -> one library function per command. Errors are caught once, here.
+
+A command parses, calls, and prints what came back; what a command does lives in the library (bench.sweep,
+bench.profiling.point, bench.patching, ...), where it can be tested without a process.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,10 @@ from pathlib import Path
 
 from bench.errors import BenchError
 
+NO_NSYS = (
+    "nsys not found: using the in-process timing mode (CPU time per range, GPU time via CUDA events where a GPU exists)"
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -18,7 +26,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add in (_add_patch, _add_sweep, _add_profile, _add_compare, _add_ab, _add_models, _add_report):
+        add(sub)
+    return parser
 
+
+def _add_patch(sub: argparse._SubParsersAction) -> None:
     patch = sub.add_parser("patch", help="apply, verify and revert the Kimi EAGLE3 draft fixes in a vLLM install")
     patch_sub = patch.add_subparsers(dest="action", metavar="ACTION", required=True)
     for name, text in [
@@ -40,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     manifest.add_argument("series_dir", type=Path)
     manifest.add_argument("--pristine", type=Path, required=True, help="folder holding the unpatched vllm/")
 
+
+def _add_sweep(sub: argparse._SubParsersAction) -> None:
     sweep = sub.add_parser("sweep", help="run a profile's grid on real vLLM servers and store the results")
     sweep.add_argument("profile", nargs="?", help="a name in profiles/ or a .toml path (default: tiny)")
     sweep.add_argument("--out", type=Path, help="results directory (default: reports/<profile>-<time>)")
@@ -68,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
         "attention_backend / kv_cache_dtype (unpatched vLLM)",
     )
 
+
+def _add_profile(sub: argparse._SubParsersAction) -> None:
     prof = sub.add_parser(
         "profile",
         help="run one sweep point under Nsight Systems (or in-process timing) and "
@@ -84,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prof.add_argument("--quiet", action="store_true")
 
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:
     compare = sub.add_parser("compare", help="faster / slower / no change beyond noise, per matched point")
     compare.add_argument("baseline", type=Path, help="results directory, or a folder of them (rounds)")
     compare.add_argument("candidate", type=Path)
@@ -92,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", type=Path, help="also write the markdown here")
     compare.add_argument("--no-gate", action="store_true", help="exit 0 even when a gated metric regressed")
 
+
+def _add_ab(sub: argparse._SubParsersAction) -> None:
     ab = sub.add_parser("ab", help="run one profile against two vLLM environments, interleaved, and compare")
     ab.add_argument("profile")
     ab.add_argument(
@@ -118,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="between-server-start CV of throughput to plan for (default: what the committed CPU A/A measured)",
     )
 
+
+def _add_models(sub: argparse._SubParsersAction) -> None:
     models = sub.add_parser("models", help="generate the tiny Kimi-shaped target + EAGLE3 MLA draft")
     models_sub = models.add_subparsers(dest="action", metavar="ACTION", required=True)
     tiny = models_sub.add_parser("tiny", help="write DIR/target and DIR/draft (config, tokenizer, weights)")
@@ -137,16 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tiny.add_argument("--seed", type=int, default=0)
 
+
+def _add_report(sub: argparse._SubParsersAction) -> None:
     report = sub.add_parser("report", help="build summary.md and tables from a results directory")
     report.add_argument("sweep_dir", type=Path)
     report.add_argument("--out", type=Path, help="where to write (default: SWEEP_DIR/report)")
 
-    return parser
-
 
 def cmd_patch(args: argparse.Namespace) -> int:
     from bench import patching
-    from bench.patching.manager import APPLIED, UPSTREAM, build_manifest_hashes
+    from bench.patching.manager import build_manifest_hashes
 
     if args.action == "manifest":
         print(build_manifest_hashes(args.series_dir, args.pristine))
@@ -163,105 +186,38 @@ def cmd_patch(args: argparse.Namespace) -> int:
     if args.action == "status" and args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(format_status(report))
+    print(patching.format_status(report))
     if args.action == "verify":
-        bad = [f["fix"] for f in report["fixes"] if f["state"] not in (APPLIED, UPSTREAM) or not f["in_code"]]
-        if bad:
-            raise BenchError(f"not verified: {', '.join(bad)} missing in vLLM {install.version}")
+        patching.check_verified(report)
         print("verified: every fix is in the code")
     return 0
 
 
-def format_status(report: dict) -> str:
-    lines = [
-        f"vLLM {report['vllm_version']} ({report['distribution']}) at {report['vllm_root']}",
-        f"series: {report['series'] or '-'}" + (f"  ({report['problem']})" if report["problem"] else ""),
-    ]
-    for fix in report["fixes"]:
-        probe = {True: "code has it", False: "code lacks it", None: "no such code path"}[fix["in_code"]]
-        detail = f"; {fix['detail']}" if fix["detail"] else ""
-        lines.append(f"  {fix['fix']:<20} {fix['state']:<17} ({probe}{detail})")
-    if report["record"]:
-        last = report["record"][-1]
-        lines.append(f"last recorded action: {last.get('action')} series {last.get('series')} at {last.get('time')}")
-    return "\n".join(lines)
-
-
-def planned_machine(detected, hardware, platform: str | None, dry_run: bool):
-    """The machine a sweep plans for: this one when it runs; with --dry-run, the profile's [hardware] or
-    --platform may stand in for another."""
-    from bench.hardware import Machine
-
-    if platform and platform != detected.platform and not dry_run:
-        raise BenchError(
-            f"--platform {platform}: this machine is {detected.platform}; only --dry-run can plan for another platform"
-        )
-    if not dry_run:
-        return detected
-    if hardware and platform in (None, hardware.platform):
-        return Machine(hardware.platform, hardware.gpus, hardware.arch, cpu="(planned)")
-    if platform and platform != detected.platform:
-        return Machine(platform, 1 if platform == "gpu" else 0, None, cpu="(planned)")
-    return detected
-
-
 def cmd_sweep(args: argparse.Namespace) -> int:
-    import datetime as dt
+    from bench.sweep import SweepRequest, dry_run, sweep
 
-    from bench.hardware import detect_machine
-    from bench.plan import make_plan
-    from bench.profile import load_profile, resolve_profile_path
-    from bench.sweep import describe_plan, run_sweep
-
-    detected = detect_machine()
-    path = str(resolve_profile_path(args.profile))
-    hw = load_profile(path, detected.platform).hardware
-    machine = planned_machine(detected, hw, args.platform, args.dry_run)
-    profile = load_profile(path, machine.platform)
-    if hw and not args.dry_run and (hw.platform != detected.platform or detected.gpus < hw.gpus):
-        raise BenchError(
-            f"profile {profile.name} needs {hw.platform} x{hw.gpus}; this machine is "
-            f"{detected.platform} x{detected.gpus} (use --dry-run to see the plan)"
-        )
-    if args.repeat is not None:
-        if args.repeat < 1:
-            raise BenchError("--repeat must be >= 1")
-        profile = profile.model_copy(update={"run": profile.run.model_copy(update={"repeat": args.repeat})})
-    plan = make_plan(profile, machine)
-    if args.points:
-        plan = plan.select([p.strip() for p in args.points.split(",") if p.strip()])
-    flavor = profile.model.flavor if profile.model.flavor != "auto" else machine.platform
-    if args.dry_run:
-        print(describe_plan(plan, flavor))
-        return 0
-    out = args.out or Path("reports") / f"{profile.name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
-    capture = None
-    if args.profile_points:
-        from bench.profiling.session import Capture, find_nsys
-
-        capture = Capture(Path(out) / "profile", find_nsys(args.nsys))
-    store = run_sweep(
-        plan,
-        out,
+    request = SweepRequest(
+        profile=args.profile,
+        out=args.out,
+        platform=args.platform,
+        points=[p.strip() for p in args.points.split(",") if p.strip()] if args.points else None,
+        repeat=args.repeat,
         resume=args.resume,
         rerun_failed=args.rerun_failed,
         quiet=args.quiet,
-        flavor=flavor,
+        profile_points=args.profile_points,
+        nsys=args.nsys,
         draft_keys=args.draft_keys,
-        capture=capture,
     )
-    from bench.report.build import build_report
-
-    try:  # the results are stored whatever happens here; `bench report DIR` can rebuild the report
-        print(f"report: {build_report(store.root)['summary']}")
-    except Exception as exc:
-        logging.getLogger("bench").exception("building the report failed: %s", exc)
-    statuses = [p["status"] for p in store.points().values()]
-    print(
-        f"results: {store.root}  ({statuses.count('ok')} ok, {statuses.count('failed')} failed, "
-        f"{statuses.count('skipped')} skipped)"
-    )
-    return 0 if "failed" not in statuses else 3
+    if args.dry_run:
+        print(dry_run(request))
+        return 0
+    outcome = sweep(request)
+    if outcome.report is not None:
+        print(f"report: {outcome.report}")
+    counts = outcome.counts
+    print(f"results: {outcome.root}  ({counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped)")
+    return 0 if not counts["failed"] else 3
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -273,61 +229,43 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    import datetime as dt
-
     if args.target == "analyze":
-        from bench.profiling.nsys_analysis import analyze
+        return _profile_analyze(args)
+    from bench.profiling.point import ProfileRequest, prepare_profile, run_profile
 
-        if args.file is None:
-            raise BenchError("profile analyze needs FILE (an nsys .sqlite or .sqlite.xz export)")
-        out = args.out or args.file.parent / (args.file.name.split(".")[0] + "-analysis")
-        result = analyze(args.file, out)
-        for name, path in result["paths"].items():
-            print(f"{name}: {path}")
-        for warning in result["warnings"]:
-            print(f"warning: {warning}", file=sys.stderr)
-        return 0
-    from bench.hardware import detect_machine
-    from bench.plan import make_plan
-    from bench.profile import load_profile
-    from bench.profiling.session import Capture, find_nsys
-    from bench.sweep import run_sweep
-
-    machine = detect_machine()
-    profile = load_profile(args.target, machine.platform)
-    plan = make_plan(profile, machine)
-    if args.point:
-        plan = plan.select([args.point])
-    chosen = plan.runnable[:1]
-    if not chosen:
-        reasons = "; ".join(f"{p.id}: {p.skip_reason}" for p in plan.skipped) or "no points"
-        raise BenchError(f"nothing to profile in {profile.name} on this machine ({reasons})")
-    point = chosen[0]
-    if args.num_prompts:
-        import dataclasses
-
-        point = dataclasses.replace(point, num_prompts=max(args.num_prompts, point.shape.concurrency))
-    plan.groups = [(point.engine, [point])]
-    plan.skipped = []
-    nsys = None if args.no_nsys else find_nsys(args.nsys)
-    if nsys is None:
-        print(
-            "nsys not found: using the in-process timing mode (CPU time per range, GPU time via CUDA events "
-            "where a GPU exists)",
-            file=sys.stderr,
+    job = prepare_profile(
+        ProfileRequest(
+            profile=args.target,
+            point=args.point,
+            nsys=args.nsys,
+            no_nsys=args.no_nsys,
+            out=args.out,
+            num_prompts=args.num_prompts,
+            quiet=args.quiet,
         )
-    out = args.out or Path("reports") / f"profile-{profile.name}-{point.id}-{dt.datetime.now():%Y%m%d-%H%M%S}"
-    capture = Capture(Path(out) / "profile", nsys)
-    flavor = profile.model.flavor if profile.model.flavor != "auto" else machine.platform
-    store = run_sweep(plan, Path(out), quiet=args.quiet, flavor=flavor, capture=capture)
-    from bench.report.build import build_report
-
-    print(f"report: {build_report(store.root)['summary'].parent / 'report.html'}")
-    for item in capture.outputs:
-        if item.get("error"):
-            raise BenchError(f"capture failed: {item['error']}")
+    )
+    if job.nsys is None:
+        print(NO_NSYS, file=sys.stderr)
+    outcome = run_profile(job)
+    print(f"report: {outcome.report_html}")
+    for item in outcome.captures:
         print(json.dumps(item, indent=2, default=str))
-    print(f"results: {store.root}")
+    if outcome.capture_error is not None:
+        raise BenchError(f"capture failed: {outcome.capture_error}")
+    print(f"results: {outcome.root}")
+    return 0
+
+
+def _profile_analyze(args: argparse.Namespace) -> int:
+    from bench.profiling.point import analyze_sqlite
+
+    if args.file is None:
+        raise BenchError("profile analyze needs FILE (an nsys .sqlite or .sqlite.xz export)")
+    result = analyze_sqlite(args.file, args.out)
+    for name, path in result["paths"].items():
+        print(f"{name}: {path}")
+    for warning in result["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -7,6 +7,12 @@ import platform as _platform
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from bench.errors import BenchError
+
+if TYPE_CHECKING:
+    from bench.profile import Hardware
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,22 @@ def detect_machine() -> Machine:
                 os.cpu_count() or 0,
             )
     return Machine("cpu", cpu=cpu, cpu_count=os.cpu_count() or 0)
+
+
+def planned_machine(detected: Machine, hardware: Hardware | None, platform: str | None, dry_run: bool) -> Machine:
+    """The machine a sweep plans for: this one when it runs; with --dry-run, the profile's [hardware] or
+    --platform may stand in for another."""
+    if platform and platform != detected.platform and not dry_run:
+        raise BenchError(
+            f"--platform {platform}: this machine is {detected.platform}; only --dry-run can plan for another platform"
+        )
+    if not dry_run:
+        return detected
+    if hardware and platform in (None, hardware.platform):
+        return Machine(hardware.platform, hardware.gpus, hardware.arch, cpu="(planned)")
+    if platform and platform != detected.platform:
+        return Machine(platform, 1 if platform == "gpu" else 0, None, cpu="(planned)")
+    return detected
 
 
 def _cpu_model() -> str:

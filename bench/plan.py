@@ -7,10 +7,11 @@ import hashlib
 import itertools
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from bench.errors import BenchError
-from bench.hardware import Machine
-from bench.profile import Profile, Shape
+from bench.hardware import Machine, detect_machine, planned_machine
+from bench.profile import Profile, Shape, load_profile_variants
 
 # MLA backends by GPU arch (docs/facts.md "Incompatibilities", read in vLLM code); fp8 KV support per backend.
 MLA_BACKEND_ARCHS = {
@@ -36,13 +37,13 @@ class EngineConfig:
     target: str
     draft: str
     weights: str
-    server: tuple[tuple[str, object], ...]  # sorted (key, value) of extra `vllm serve` arguments
-    speculative: tuple[tuple[str, object], ...]
+    server: tuple[tuple[str, Any], ...]  # sorted (key, value) of extra `vllm serve` arguments
+    speculative: tuple[tuple[str, Any], ...]
     draft_attention_backend: str
     draft_kv_cache_dtype: str
     dcp_size: int
     num_speculative_tokens: int
-    acceptance: tuple[tuple[str, object], ...]
+    acceptance: tuple[tuple[str, Any], ...]
 
     def to_dict(self) -> dict:
         return {
@@ -125,6 +126,11 @@ class Plan:
     machine: Machine
     groups: list[tuple[EngineConfig, list[Point]]] = field(default_factory=list)  # runnable, in run order
     skipped: list[Point] = field(default_factory=list)
+
+    @property
+    def flavor(self) -> str:
+        """Which tiny-model config fields the servers get: the profile's choice, else the planned platform's."""
+        return self.profile.model.flavor if self.profile.model.flavor != "auto" else self.machine.platform
 
     @property
     def runnable(self) -> list[Point]:
@@ -226,3 +232,33 @@ def make_plan(profile: Profile, machine: Machine) -> Plan:
         else:
             plan.groups.append((engine, points))
     return plan
+
+
+def plan_sweep(
+    profile: str | None,
+    *,
+    platform: str | None = None,
+    dry_run: bool = False,
+    repeat: int | None = None,
+    points: list[str] | None = None,
+    detected: Machine | None = None,
+) -> Plan:
+    """The plan of `bench sweep`, its profile read once. It runs on this machine (`detected`, default: detect it);
+    a dry run may plan for the profile's [hardware] or for `platform` instead. `repeat` overrides run.repeat;
+    `points` keeps the points whose id starts with one of them."""
+    detected = detected or detect_machine()
+    variants = load_profile_variants(profile)
+    hw = variants[detected.platform].hardware
+    machine = planned_machine(detected, hw, platform, dry_run)
+    chosen = variants[machine.platform]
+    if hw and not dry_run and (hw.platform != detected.platform or detected.gpus < hw.gpus):
+        raise BenchError(
+            f"profile {chosen.name} needs {hw.platform} x{hw.gpus}; this machine is "
+            f"{detected.platform} x{detected.gpus} (use --dry-run to see the plan)"
+        )
+    if repeat is not None:
+        if repeat < 1:
+            raise BenchError("--repeat must be >= 1")
+        chosen = chosen.model_copy(update={"run": chosen.run.model_copy(update={"repeat": repeat})})
+    plan = make_plan(chosen, machine)
+    return plan.select(points) if points is not None else plan

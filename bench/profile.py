@@ -182,6 +182,7 @@ class Profile(Strict):
 
 
 PLATFORM_TABLE = "when"
+PLATFORMS = ("cpu", "gpu")  # Machine.platform values; every profile has a variant for each
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -207,27 +208,39 @@ def resolve_profile_path(name_or_path: str | None) -> Path:
 
 
 def load_profile(name_or_path: str | None, platform: str) -> Profile:
+    return _variant(load_profile_variants(name_or_path), platform)
+
+
+def load_profile_variants(name_or_path: str | None) -> dict[str, Profile]:
+    """The profile for every platform ({"cpu": ..., "gpu": ...}), from one read of the file."""
     path = resolve_profile_path(name_or_path)
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise BenchError(f"{path}: not valid TOML ({exc})") from exc
-    return parse_profile(data, platform, str(path))
+    return parse_profile_variants(data, str(path))
 
 
 def parse_profile(data: dict, platform: str, source: str) -> Profile:
-    """Validate the base and every [when.*] variant (so errors show up whatever the machine), return one."""
+    return _variant(parse_profile_variants(data, source), platform)
+
+
+def parse_profile_variants(data: dict, source: str) -> dict[str, Profile]:
+    """Validate the base and every [when.*] variant (so errors show up whatever the machine), one per platform."""
     when = data.get(PLATFORM_TABLE, {})
-    if not isinstance(when, dict) or set(when) - {"cpu", "gpu"}:
+    if not isinstance(when, dict) or set(when) - set(PLATFORMS):
         raise BenchError(f"{source}: [{PLATFORM_TABLE}] may only hold tables 'cpu' and 'gpu'")
     base = {k: v for k, v in data.items() if k != PLATFORM_TABLE}
-    chosen = None
-    for variant in sorted({"cpu", "gpu"} | {platform}):
-        merged = _merge(base, when.get(variant, {}))
-        prof = _validate(merged, source, variant if variant in when else None)
-        if variant == platform:
-            chosen = prof
-    return chosen
+    return {
+        variant: _validate(_merge(base, when.get(variant, {})), source, variant if variant in when else None)
+        for variant in PLATFORMS
+    }
+
+
+def _variant(variants: dict[str, Profile], platform: str) -> Profile:
+    if platform not in variants:
+        raise BenchError(f"unknown platform {platform!r}; profiles have variants for {', '.join(variants)}")
+    return variants[platform]
 
 
 def _validate(data: dict, source: str, variant: str | None) -> Profile:

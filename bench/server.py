@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 log = logging.getLogger(__name__)
 GUARD = Path(__file__).with_name("guard.py")
@@ -156,7 +157,7 @@ class Server:
     def __init__(self, spec: ServerSpec):
         self.spec = spec
         self.proc: subprocess.Popen | None = None
-        self._log_fh = None
+        self._log_fh: BinaryIO | None = None
         self._lifeline: int | None = None  # write end of the guard's pipe; closing it (or dying) stops the server
 
     @property

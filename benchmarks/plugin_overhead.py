@@ -41,12 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from bench.hardware import detect_machine
+    from bench.launch import resolve_models
     from bench.loadgen import make_prompts
     from bench.plan import make_plan
     from bench.profile import load_profile
     from bench.profiling import plugin
     from bench.server import server_env
-    from bench.sweep import resolve_models
 
     # vLLM's caches, temp files and sockets as a sweep's server has them; the engine core in this process.
     work = Path(tempfile.mkdtemp(prefix="bench-plugin-overhead-"))

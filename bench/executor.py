@@ -1,0 +1,314 @@
+"""The local executor: one engine configuration of a sweep on one server, its points one after another, one
+record per point.
+
+A server that does not start fails every point of its engine config. A point whose server dies or hangs fails
+with the classified reason, and so do the points after it (they would have needed the same server). Failures are
+records, not exceptions that end the sweep; Ctrl-C and SIGTERM do end it, and the server is stopped in
+`finally` either way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bench import metrics as M
+from bench.effective import mismatches, read_effective
+from bench.fmt import fmt
+from bench.launch import SERVED_NAME, server_spec
+from bench.loadgen import LoadAborted, RequestRecord, make_prompts, run_load
+from bench.plan import EngineConfig, Plan, Point
+from bench.server import ENGINE_FATAL, Server, ServerFailed, classify_log
+from bench.store import SweepStore, atomic_write_json
+
+if TYPE_CHECKING:
+    from bench.profiling.session import Capture
+
+log = logging.getLogger(__name__)
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+class Progress:
+    """Points done / total, the current point, and an ETA on stderr (silent when quiet)."""
+
+    def __init__(self, total: int, quiet: bool):
+        self.total, self.quiet, self.done, self.t0 = total, quiet, 0, time.monotonic()
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=sys.stderr, flush=True)
+
+    def point(self, point: Point, what: str) -> None:
+        eta = ""
+        if self.done:
+            left = (time.monotonic() - self.t0) / self.done * (self.total - self.done)
+            eta = f", ETA {left / 60:.1f} min"
+        self.say(f"[{self.done}/{self.total}{eta}] {point.id} {point.engine.label()} {point.shape.label}: {what}")
+
+    def finished(self, point: Point, status: str, summary: str = "") -> None:
+        self.done += 1
+        self.say(f"[{self.done}/{self.total}] {point.id} {status} {summary}".rstrip())
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepContext:
+    """What every engine config, point and trial of one sweep shares."""
+
+    store: SweepStore
+    progress: Progress
+    plan: Plan
+    draft_keys: str = "legacy"  # how the draft's backend / KV dtype reach vLLM (EngineConfig.speculative_config)
+    extra_env: Mapping[str, str] = field(default_factory=dict)  # for every server
+    capture: Capture | None = None  # profile every point run (None: no profiling)
+
+    def server_env(self, engine_id: str) -> dict[str, str]:
+        return {**self.extra_env, **(self.capture.env(engine_id) if self.capture else {})}
+
+
+@dataclass(frozen=True)
+class RunningEngine:
+    """A started server and what every point it serves records about it."""
+
+    server: Server
+    vocab: int  # of the target: prompt token ids are drawn below it
+    effective: dict  # the configuration the server really runs with (bench.effective)
+    mismatch: list[str]  # where that differs from what the engine config asked for
+    info: dict  # argv, start time, seconds to ready, pids, log: the record's "server"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One measured pass over a point's prompts: its raw rows and the spec-decode counters around it."""
+
+    rows: list[dict]
+    before: dict
+    after: dict
+
+
+class PointAborted(Exception):
+    """A point ended before its requests did: the server died or hung (reason classified), or the bench failed.
+    `rows` holds the raw per-request rows recorded until then; they are stored with the failed point."""
+
+    def __init__(self, reason: str, detail: str, rows: list[dict] | None = None):
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail, self.rows = reason, detail, list(rows or [])
+
+
+def base_record(point: Point) -> dict:
+    return {
+        "point_id": point.id,
+        "engine_id": point.engine.id,
+        "config": point.to_dict(),
+        "label": {"engine": point.engine.label(), "shape": point.shape.label},
+    }
+
+
+def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> None:
+    """Start the server for `engine`, run `points` on it, stop it; every point ends up with a record."""
+    spec, vocab = server_spec(engine, ctx.store, ctx.plan.flavor, ctx.server_env(engine.id), ctx.draft_keys)
+    if ctx.capture:
+        spec.argv = ctx.capture.wrap(spec.argv, engine.id)
+    server = Server(spec)
+    ctx.progress.point(points[0], f"starting server ({' '.join(spec.argv[3:])})" if not ctx.progress.quiet else "")
+    try:
+        try:
+            running = _start(ctx, engine, server, vocab)
+        except ServerFailed as exc:
+            for p in points:
+                _fail(ctx, p, exc.reason, exc.detail, phase="startup")
+            return
+        for i, point in enumerate(points):
+            aborted = _run_point_or_abort(ctx, running, point)
+            if aborted is not None:
+                for p in points[i + 1 :]:
+                    detail = f"server failed on point {point.id}: {aborted.detail}"
+                    _fail(ctx, p, aborted.reason, detail, phase="load")
+                return
+    finally:
+        # nsys finalizes its report on SIGTERM: give it time.
+        server.stop(grace_s=600 if ctx.capture and ctx.capture.nsys else 20)
+        if ctx.capture:
+            ctx.capture.finalize(engine.id, server.log_text())
+            atomic_write_json(ctx.store.root / "profile" / "captures.json", ctx.capture.outputs)
+
+
+def _start(ctx: SweepContext, engine: EngineConfig, server: Server, vocab: int) -> RunningEngine:
+    """Start the server and read back what it really runs with. Raises ServerFailed (server already stopped)."""
+    started = now()
+    ready_s = server.start(ctx.plan.profile.run.startup_timeout_s)
+    try:
+        samples = M.parse_prometheus(M.scrape(server.base_url))
+    except OSError:
+        server.check_alive()
+        samples = []
+    effective = read_effective(server.log_text(), samples)
+    info = {
+        "argv": server.spec.argv,
+        "started": started,
+        "ready_s": ready_s,
+        "pids": server.pids(),
+        "log": str(server.spec.log_path.relative_to(ctx.store.root)),
+    }
+    return RunningEngine(server, vocab, effective, mismatches(engine.to_dict(), effective), info)
+
+
+def _run_point_or_abort(ctx: SweepContext, running: RunningEngine, point: Point) -> PointAborted | None:
+    """Run one point (its record saved either way); what ended it early, or None when the server may go on."""
+    try:
+        _run_point(ctx, running, point)
+    except PointAborted as exc:
+        return exc
+    except Exception as exc:
+        log.exception("point %s failed inside bench", point.id)
+        detail = f"{type(exc).__name__}: {exc}"
+        _fail(ctx, point, "bench-error", detail, phase="load")
+        return PointAborted("bench-error", detail)
+    return None
+
+
+def _run_point(ctx: SweepContext, running: RunningEngine, point: Point) -> None:
+    ctx.progress.point(point, "running")
+    started = now()
+    rows: list[dict] = []
+    trials: list[dict] = []
+    first: dict | None = None
+    after: dict = {}
+    for number in range(ctx.plan.profile.run.repeat):
+        try:
+            trial = _run_trial(ctx, running, point, number)
+        except PointAborted as exc:
+            ctx.store.save_raw(point.id, rows + exc.rows)
+            _fail(ctx, point, exc.reason, exc.detail, phase="load", raw=ctx.store.raw_path(point.id))
+            raise
+        first = trial.before if number == 0 else first
+        after = trial.after
+        rows += trial.rows
+        trials.append(
+            {"trial": number, "metrics": M.summarize(trial.rows), "spec_decode": M.spec_delta(trial.before, after)}
+        )
+    ctx.store.save_raw(point.id, rows)
+    summary = M.summarize(rows)
+    spec = M.spec_delta(first or {}, after)
+    status = "ok" if summary["completed"] == summary["requests"] else "failed"
+    ctx.store.save_point(
+        {
+            **base_record(point),
+            "status": status,
+            "reason": None if status == "ok" else "request-errors",
+            "detail": None if status == "ok" else "; ".join(summary["error_samples"]),
+            "started": started,
+            "finished": now(),
+            "metrics": summary,
+            "spec_decode": spec,
+            "trials": trials,
+            "effective": running.effective,
+            "mismatch": running.mismatch,
+            "server": running.info,
+            "raw": str(ctx.store.raw_path(point.id).relative_to(ctx.store.root)),
+        }
+    )
+    ctx.progress.finished(
+        point,
+        status,
+        f"{summary['output_throughput'] or 0:.1f} tok/s, acceptance "
+        f"{fmt(spec['acceptance_rate'], '.3f', missing='n/a')}, "
+        f"mean length {fmt(spec['mean_acceptance_length'], '.3f', missing='n/a')}"
+        + (f", {len(trials)} trials" if len(trials) > 1 else ""),
+    )
+
+
+def _run_trial(ctx: SweepContext, running: RunningEngine, point: Point, number: int) -> Trial:
+    """One measured pass over the point's prompts (warmup before the first only); fresh prompts per trial so
+    that prefix caching cannot make later trials faster. Raises PointAborted with the rows recorded so far."""
+    run, server = ctx.plan.profile.run, running.server
+    capture = ctx.capture if number == 0 else None
+    warmup = point.warmup_prompts if number == 0 else 0
+    seed = run.seed + point.shape.input_len + 1000 * number
+    prompts = make_prompts(warmup + point.num_prompts, point.shape.input_len, running.vocab, seed=seed)
+    counters: dict[str, dict] = {}
+    records: list[RequestRecord] = []
+
+    def mark_measure_start() -> None:
+        counters["before"] = _spec_counters(server)
+        if capture:
+            capture.start(server.base_url)
+
+    try:
+        run_load(
+            server.base_url,
+            SERVED_NAME,
+            prompts=prompts,
+            warmup_count=warmup,
+            max_tokens=point.shape.output_len,
+            concurrency=point.shape.concurrency,
+            stall_s=run.stall_timeout_s,
+            timeout_s=run.request_timeout_s,
+            check_alive=server.check_alive,
+            on_measure_start=mark_measure_start,
+            records=records,
+        )
+        if capture:
+            capture.stop(server.base_url)
+        rows = _rows(records, number)
+        if any(r["status"] != "ok" for r in rows):
+            _check_engine(server)  # errors because the engine died: fail the engine config, classified
+        return Trial(rows, counters.get("before", {}), _spec_counters(server))
+    except LoadAborted as exc:
+        try:
+            server.check_alive()  # a dead server explains a stall better than "hang"
+        except ServerFailed as dead:
+            raise PointAborted(dead.reason, dead.detail, _rows(records, number)) from dead
+        raise PointAborted(exc.reason, exc.detail, _rows(records, number)) from exc
+    except ServerFailed as exc:
+        raise PointAborted(exc.reason, exc.detail, _rows(records, number)) from exc
+
+
+def _rows(records: list[RequestRecord], trial: int) -> list[dict]:
+    return [{**r.to_row(), "trial": trial} for r in records]
+
+
+def _check_engine(server: Server, settle_s: float = 3.0) -> None:
+    """After request errors: raise ServerFailed if the server exits or its log shows a dead engine."""
+    deadline = time.monotonic() + settle_s
+    while time.monotonic() < deadline:
+        server.check_alive()
+        time.sleep(0.25)
+    found = classify_log(server.log_text())
+    if found and found[0] in ENGINE_FATAL:
+        raise ServerFailed(found[0], f"requests failed; log: {found[1]}")
+
+
+def _spec_counters(server: Server) -> dict:
+    """Spec-decode counters now; a dead server raises ServerFailed, an unanswered scrape gives unknowns."""
+    try:
+        return M.spec_counters(M.parse_prometheus(M.scrape(server.base_url)))
+    except OSError as exc:
+        server.check_alive()
+        log.warning("could not read /metrics: %s", exc)
+        return {}
+
+
+def _fail(ctx: SweepContext, point: Point, reason: str, detail: str, phase: str, raw: Path | None = None) -> None:
+    store = ctx.store
+    record = {
+        **base_record(point),
+        "status": "failed",
+        "reason": reason,
+        "detail": detail,
+        "phase": phase,
+        "finished": now(),
+        "server": {"log": str(store.log_path(point.engine.id).relative_to(store.root))},
+    }
+    if raw is not None and raw.exists():
+        record["raw"] = str(raw.relative_to(store.root))
+    store.save_point(record)
+    ctx.progress.finished(point, "FAILED", f"{reason}: {detail[:200]}")

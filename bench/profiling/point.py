@@ -1,0 +1,98 @@
+"""`bench profile`: one sweep point under Nsight Systems (or the in-process timing mode when nsys is absent),
+run as a one-point sweep with a capture attached, then its report; and `profile analyze` of an nsys export."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.errors import BenchError
+from bench.plan import Plan, Point
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileRequest:
+    """`bench profile PROFILE` as typed values."""
+
+    profile: str  # a name in profiles/ or a .toml path
+    point: str | None = None  # a point id or prefix (default: the first runnable point)
+    nsys: str | None = None  # the nsys binary (default: found on PATH / known places)
+    no_nsys: bool = False  # the in-process timing mode even where nsys exists
+    out: Path | None = None  # default: reports/profile-<profile>-<point>-<time>
+    num_prompts: int | None = None  # measured requests (default: the point's); fewer = a smaller trace
+    quiet: bool = False
+
+
+@dataclass(frozen=True)
+class ProfileJob:
+    """A chosen point, ready to run: a plan of that point alone, where it goes, and the nsys to wrap it in."""
+
+    plan: Plan
+    point: Point
+    out: Path
+    nsys: str | None  # None: the in-process timing mode
+    quiet: bool
+
+
+@dataclass(frozen=True)
+class ProfileOutcome:
+    root: Path  # the one-point sweep's results directory
+    report_html: Path
+    captures: list[dict]  # what each capture produced, up to the first one that failed
+    capture_error: str | None  # the first failed capture's error (None: every capture worked)
+
+
+def prepare_profile(request: ProfileRequest) -> ProfileJob:
+    """Choose the point and the capture mode for `request` on this machine; runs nothing."""
+    from bench.hardware import detect_machine
+    from bench.plan import make_plan
+    from bench.profile import load_profile
+    from bench.profiling.session import find_nsys
+
+    machine = detect_machine()
+    plan = make_plan(load_profile(request.profile, machine.platform), machine)
+    point = choose_point(plan, request.point, request.num_prompts)
+    nsys = None if request.no_nsys else find_nsys(request.nsys)
+    stamp = f"{dt.datetime.now():%Y%m%d-%H%M%S}"
+    out = request.out or Path("reports") / f"profile-{plan.profile.name}-{point.id}-{stamp}"
+    single = Plan(plan.profile, plan.machine, [(point.engine, [point])], [])
+    return ProfileJob(single, point, Path(out), nsys, request.quiet)
+
+
+def choose_point(plan: Plan, prefix: str | None, num_prompts: int | None) -> Point:
+    """The first runnable point (whose id starts with `prefix`), with `num_prompts` measured requests (at
+    least its concurrency) when given. Raises BenchError naming why nothing can run."""
+    if prefix:
+        plan = plan.select([prefix])
+    if not plan.runnable:
+        reasons = "; ".join(f"{p.id}: {p.skip_reason}" for p in plan.skipped) or "no points"
+        raise BenchError(f"nothing to profile in {plan.profile.name} on this machine ({reasons})")
+    point = plan.runnable[0]
+    if num_prompts:
+        point = dataclasses.replace(point, num_prompts=max(num_prompts, point.shape.concurrency))
+    return point
+
+
+def run_profile(job: ProfileJob) -> ProfileOutcome:
+    """Run the job's point with a capture attached, build its report, and check what each capture produced."""
+    from bench.profiling.session import Capture
+    from bench.report.build import build_report
+    from bench.sweep import SweepOptions, run_sweep
+
+    capture = Capture(job.out / "profile", job.nsys)
+    store = run_sweep(job.plan, job.out, SweepOptions(quiet=job.quiet, capture=capture))
+    report_html = build_report(store.root)["summary"].parent / "report.html"
+    failed = next((i for i, item in enumerate(capture.outputs) if item.get("error")), None)
+    if failed is None:
+        return ProfileOutcome(store.root, report_html, list(capture.outputs), None)
+    return ProfileOutcome(store.root, report_html, capture.outputs[:failed], str(capture.outputs[failed]["error"]))
+
+
+def analyze_sqlite(export: Path, out: Path | None = None) -> dict:
+    """`profile analyze`: the per-range tables of an nsys SQLite export (.sqlite or .sqlite.xz), by default
+    into a folder next to it named after it."""
+    from bench.profiling.nsys_analysis import analyze
+
+    return analyze(export, out or export.parent / (export.name.split(".")[0] + "-analysis"))

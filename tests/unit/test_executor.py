@@ -1,0 +1,183 @@
+"""The sweep's control flow with a scripted server and load generator (the real ones run in
+tests/integration/test_sweep_cpu.py): what each point's record says when a start fails, a load hangs, the server
+dies mid-point, or the bench itself fails; and that the raw rows measured before an abort are stored."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import executor
+from bench.hardware import Machine
+from bench.loadgen import LoadAborted, RequestRecord
+from bench.plan import make_plan
+from bench.profile import parse_profile
+from bench.server import ServerFailed, ServerSpec
+from bench.store import SweepStore
+from bench.sweep import SweepOptions, run_sweep
+
+PROFILE = {
+    "name": "scripted",
+    "model": {"target": "tiny", "draft": "tiny", "weights": "dummy", "flavor": "cpu"},
+    "axes": {
+        "draft_attention_backend": ["CPU_MLA"],
+        "draft_kv_cache_dtype": ["auto", "fp8"],  # fp8: skipped on CPU
+        "num_speculative_tokens": [2],
+        "shapes": ["1x8x4", "2x8x4", "3x8x4"],
+    },
+    "run": {"num_prompts": 3, "warmup_prompts": 1, "repeat": 2},
+}
+
+
+class FakeServer:
+    """Stands in for bench.server.Server: `script` says what start and each load do."""
+
+    def __init__(self, spec: ServerSpec, script: dict):
+        self.spec, self.script, self.stopped = spec, script, False
+        script.setdefault("servers", []).append(self)
+
+    base_url = "http://127.0.0.1:9"
+
+    def start(self, timeout_s: float) -> float:
+        if self.script.get("start_fails"):
+            raise ServerFailed("out-of-memory", "scripted start failure")
+        return 1.5
+
+    def check_alive(self) -> None:
+        if self.script.get("dead"):
+            raise ServerFailed("crash", "server exited with code -9")
+
+    def log_text(self) -> str:
+        return ""
+
+    def pids(self) -> list[int]:
+        return [4242]
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        self.stopped = True
+
+
+@pytest.fixture
+def scripted(monkeypatch, tmp_path):
+    """Patches the executor's server, load generator and /metrics; returns (script, run) where run() sweeps."""
+    script: dict = {"loads": []}
+
+    def fake_spec(engine, store, flavor, extra_env=None, draft_keys="legacy"):
+        return ServerSpec(["python", "-m", "vllm"], {}, store.log_path(engine.id), 9), 2048
+
+    def fake_load(base_url, model, *, prompts, warmup_count, max_tokens, records, on_measure_start, **_):
+        number = len(script["loads"])
+        script["loads"].append(len(prompts))
+        action = script.get("actions", {}).get(number, "ok")
+        for i, prompt in enumerate(prompts):
+            if i == warmup_count:
+                on_measure_start()
+            phase = "warmup" if i < warmup_count else "measure"
+            records.append(_record(i, phase, len(prompt), max_tokens, ok=True))
+            if action != "ok" and i == 1:  # one measured request done, then the scripted fault
+                _fault(action, script)
+        return records
+
+    monkeypatch.setattr(executor, "server_spec", fake_spec)
+    monkeypatch.setattr(executor, "Server", lambda spec: FakeServer(spec, script))
+    monkeypatch.setattr(executor, "run_load", fake_load)
+    monkeypatch.setattr(executor.M, "scrape", lambda url, timeout=10: "vllm:spec_decode_num_drafts_total 5\n")
+    plan = make_plan(parse_profile(PROFILE, "cpu", "scripted.toml"), Machine("cpu"))
+
+    def run() -> dict[str, dict]:
+        """The runnable points' records by shape; the skipped (fp8) ones must be recorded as skipped."""
+        records = run_sweep(plan, tmp_path / "out", SweepOptions(quiet=True)).points()
+        assert [records[p.id]["status"] for p in plan.skipped] == ["skipped"] * 3
+        return {p.shape.label: records[p.id] for p in plan.runnable}
+
+    return script, run, tmp_path / "out"
+
+
+def _record(index: int, phase: str, prompt_len: int, max_tokens: int, ok: bool) -> RequestRecord:
+    rec = RequestRecord(index, phase, prompt_len, max_tokens, send_time=1.0 + index)
+    rec.end_time, rec.chunk_times, rec.chunk_tokens = 2.0 + index, [1.5 + index, 2.0 + index], [2, 2]
+    rec.prompt_tokens, rec.output_tokens, rec.status = prompt_len, 4, "ok" if ok else "error"
+    return rec
+
+
+def _fault(action: str, script: dict) -> None:
+    if action == "hang":
+        raise LoadAborted("hang", "no streamed token for 12 s")
+    if action == "die":
+        script["dead"] = True
+        raise LoadAborted("hang", "no streamed token for 12 s")  # a dead server explains the stall better
+    raise RuntimeError("scripted bench bug")
+
+
+def by_status(points: dict[str, dict]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for label, record in sorted(points.items()):
+        out.setdefault(record["status"], []).append(label)
+    return out
+
+
+def test_every_point_ok_with_trials_raw_rows_and_server_info(scripted):
+    script, run, out = scripted
+    points = run()
+    ok = [p for p in points.values() if p["status"] == "ok"]
+    assert len(ok) == 3
+    assert script["loads"] == [4, 3] * 3, "warmup before the first trial only"
+    for record in ok:
+        assert [t["trial"] for t in record["trials"]] == [0, 1]
+        assert record["server"]["pids"] == [4242] and record["server"]["ready_s"] == 1.5
+        assert record["metrics"]["requests"] == 6 and record["mismatch"] == []
+        raw = SweepStore(out).raw(record["point_id"])
+        assert [r["trial"] for r in raw] == [0] * 4 + [1] * 3
+    assert all(s.stopped for s in script["servers"]) and len(script["servers"]) == 1
+
+
+def test_start_failure_fails_every_point_of_the_engine(scripted):
+    script, run, _ = scripted
+    script["start_fails"] = True
+    points = run()
+    failed = [p for p in points.values() if p["status"] == "failed"]
+    assert len(failed) == 3
+    assert {(p["reason"], p["phase"], p["detail"]) for p in failed} == {
+        ("out-of-memory", "startup", "scripted start failure")
+    }
+    assert all("raw" not in p for p in failed) and script["loads"] == []
+
+
+def test_hang_fails_the_point_with_its_rows_and_the_points_after_it(scripted):
+    script, run, out = scripted
+    script["actions"] = {1: "hang"}  # second trial of the first point
+    points = run()
+    first, second, third = points["1x8x4"], points["2x8x4"], points["3x8x4"]
+    assert (first["status"], first["reason"], first["phase"]) == ("failed", "hang", "load")
+    raw = SweepStore(out).raw(first["point_id"])
+    assert [r["trial"] for r in raw] == [0] * 4 + [1] * 2, "trial 0 and what trial 1 measured before the hang"
+    assert first["raw"] == f"raw/{first['point_id']}.parquet"
+    for later in (second, third):
+        assert later["reason"] == "hang" and later["phase"] == "load"
+        assert later["detail"] == f"server failed on point {first['point_id']}: no streamed token for 12 s"
+    assert len(script["loads"]) == 2, "no load after the server failed"
+
+
+def test_dead_server_explains_a_stall(scripted):
+    script, run, _ = scripted
+    script["actions"] = {2: "die"}  # first trial of the second point
+    points = run()
+    assert points["1x8x4"]["status"] == "ok"
+    assert (points["2x8x4"]["reason"], points["2x8x4"]["detail"]) == ("crash", "server exited with code -9")
+    assert points["3x8x4"]["reason"] == "crash"
+
+
+def test_bench_bug_is_a_failed_point_not_a_failed_sweep(scripted):
+    script, run, _ = scripted
+    script["actions"] = {0: "bug"}
+    points = run()
+    assert points["1x8x4"]["reason"] == "bench-error"
+    assert points["1x8x4"]["detail"] == "RuntimeError: scripted bench bug"
+    assert "raw" not in points["1x8x4"]
+    assert points["3x8x4"]["detail"].startswith(f"server failed on point {points['1x8x4']['point_id']}: Runtime")
+    assert script["servers"][0].stopped
+
+
+def test_point_aborted_carries_its_rows():
+    exc = executor.PointAborted("hang", "no token", [{"index": 0}])
+    assert (exc.reason, exc.detail, exc.rows, str(exc)) == ("hang", "no token", [{"index": 0}], "hang: no token")
+    assert executor.PointAborted("crash", "gone").rows == []
