@@ -291,6 +291,9 @@ def test_html_has_every_section_and_only_data_uri_images(example_csv):
         assert png[:8] == b"\x89PNG\r\n\x1a\n"
         assert (paths[f"plot_{im['data-plot']}"]).read_bytes() == png
     assert not page.links and all("src" not in s for s in page.scripts)
+    # The static CSS and the image-check script are inlined, once each.
+    assert len(page.scripts) == 1 and "data-images-loaded" in text
+    assert text.count("<style>") == 1 and "td.n{text-align:right" in text
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", text)  # nothing external
     assert {
         "results",
@@ -475,6 +478,19 @@ def test_none_values_failed_and_skipped_on_a_cpu_machine(tmp_path):
     assert heat.loc[("FLASHMLA", "auto"), "note"] == "skipped: FLASHMLA needs sm90"
     assert np.isnan(data.acceptance.set_index("label").loc["TRITON_MLA/auto c4", "pos2"])
     assert data.pareto.pareto_user.tolist() == [False, True]  # the all-None point is never optimal
+
+
+def test_recorded_text_is_escaped_not_run_as_markup(tmp_path):
+    evil = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
+    root = make_dir(tmp_path / "sweep", [record("c", "failed", 1, reason=evil)])
+    m = SweepStore(root).manifest()
+    m["profile"]["description"] = evil
+    SweepStore(root).write_manifest(m)
+    page = check_page(build_report(root))
+    assert len(page.scripts) == 1  # only the page's own
+    assert all("data-plot" in im for im in page.imgs)  # only the plots
+    body = "".join(page.text)
+    assert body.count(evil) >= 3  # description, the problems table's reason and the heatmap's note, as text
 
 
 def test_only_failed_and_skipped_points(tmp_path):
