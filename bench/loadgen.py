@@ -48,25 +48,26 @@ def make_prompts(n: int, input_len: int, vocab_size: int, seed: int, low: int = 
     return [[rng.randrange(low, vocab_size) for _ in range(input_len)] for _ in range(n)]
 
 
-class _Progress:
-    def __init__(self):
-        self.last = time.perf_counter()
+@dataclass
+class _Load:
+    """One run_load call: where its requests go, what each asks for, where records land, and when a token last
+    arrived (the stall watchdog's clock)."""
 
-    def tick(self):
-        self.last = time.perf_counter()
+    url: str  # the completions endpoint
+    model: str
+    max_tokens: int
+    concurrency: int
+    timeout_s: float  # per request
+    records: list[RequestRecord]
+    last_token: float = field(default_factory=time.perf_counter)
+
+    def tick(self) -> None:
+        self.last_token = time.perf_counter()
 
 
-async def _one(
-    session: aiohttp.ClientSession,
-    url: str,
-    model: str,
-    rec: RequestRecord,
-    prompt: list[int],
-    progress: _Progress,
-    timeout_s: float,
-) -> None:
+async def _one(session: aiohttp.ClientSession, load: _Load, rec: RequestRecord, prompt: list[int]) -> None:
     body = {
-        "model": model,
+        "model": load.model,
         "prompt": prompt,
         "max_tokens": rec.max_tokens,
         "temperature": 0.0,
@@ -74,36 +75,13 @@ async def _one(
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
-    completed = 0
     rec.send_time = time.perf_counter()
     try:
-        async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+        async with session.post(load.url, json=body, timeout=aiohttp.ClientTimeout(total=load.timeout_s)) as resp:
             if resp.status != 200:
                 rec.status, rec.error = "error", f"HTTP {resp.status}: {(await resp.text())[:300]}"
                 return
-            buffer = b""
-            finished = False
-            async for data in resp.content.iter_any():  # whole network reads; events split here (cheaper)
-                now = time.perf_counter()
-                buffer += data
-                *events, buffer = buffer.split(b"\n\n")
-                for event in events:
-                    payload = event.strip()[5:].strip() if event.strip().startswith(b"data:") else b""
-                    if not payload:
-                        continue
-                    if payload == b"[DONE]":
-                        finished = True
-                        break
-                    usage = json.loads(payload).get("usage") or {}
-                    done = usage.get("completion_tokens")
-                    if done is not None and done > completed:
-                        rec.chunk_times.append(now)
-                        rec.chunk_tokens.append(done - completed)
-                        completed = done
-                        progress.tick()
-                    rec.prompt_tokens = usage.get("prompt_tokens", rec.prompt_tokens)
-                if finished:
-                    break
+            finished, completed = await _read_stream(resp, rec, load)
         rec.end_time = time.perf_counter()
         rec.output_tokens = completed
         rec.status, rec.error = _verdict(rec, finished, completed, bool(body["ignore_eos"]))
@@ -111,7 +89,33 @@ async def _one(
         rec.end_time = time.perf_counter()
         rec.status, rec.error = "error", f"{type(exc).__name__}: {exc}"[:300]
     finally:
-        progress.tick()
+        load.tick()
+
+
+async def _read_stream(resp: aiohttp.ClientResponse, rec: RequestRecord, load: _Load) -> tuple[bool, int]:
+    """Record each chunk that carries new tokens (arrival time, token count from the usage stats) until [DONE].
+    Returns (ended with [DONE], completion tokens)."""
+    completed = 0
+    buffer = b""
+    async for data in resp.content.iter_any():  # whole network reads; events split here (cheaper)
+        now = time.perf_counter()
+        buffer += data
+        *events, buffer = buffer.split(b"\n\n")
+        for event in events:
+            payload = event.strip()[5:].strip() if event.strip().startswith(b"data:") else b""
+            if not payload:
+                continue
+            if payload == b"[DONE]":
+                return True, completed
+            usage = json.loads(payload).get("usage") or {}
+            done = usage.get("completion_tokens")
+            if done is not None and done > completed:
+                rec.chunk_times.append(now)
+                rec.chunk_tokens.append(done - completed)
+                completed = done
+                load.tick()
+            rec.prompt_tokens = usage.get("prompt_tokens", rec.prompt_tokens)
+    return False, completed
 
 
 def _verdict(rec: RequestRecord, finished: bool, completed: int, ignore_eos: bool) -> tuple[str, str | None]:
@@ -129,68 +133,58 @@ def _verdict(rec: RequestRecord, finished: bool, completed: int, ignore_eos: boo
     return "ok", None
 
 
-async def _run_phase(
-    base_url: str,
-    model: str,
-    prompts: list[list[int]],
-    phase: str,
-    max_tokens: int,
-    concurrency: int,
-    first_index: int,
-    progress: _Progress,
-    timeout_s: float,
-    records: list[RequestRecord],
-) -> None:
+async def _run_phase(load: _Load, prompts: list[list[int]], phase: str, first_index: int) -> None:
     queue: asyncio.Queue = asyncio.Queue()
     for i, prompt in enumerate(prompts):
         queue.put_nowait((first_index + i, prompt))
-    url = base_url + "/v1/completions"
-    connector = aiohttp.TCPConnector(limit=concurrency)
+    connector = aiohttp.TCPConnector(limit=load.concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def worker():
+        async def worker() -> None:
             while not queue.empty():
                 index, prompt = queue.get_nowait()
-                rec = RequestRecord(index, phase, len(prompt), max_tokens, send_time=0.0)
-                records.append(rec)
-                await _one(session, url, model, rec, prompt, progress, timeout_s)
+                rec = RequestRecord(index, phase, len(prompt), load.max_tokens, send_time=0.0)
+                load.records.append(rec)
+                await _one(session, load, rec, prompt)
 
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(prompts)))))
+        await asyncio.gather(*(worker() for _ in range(min(load.concurrency, len(prompts)))))
 
 
-async def _watch(progress: _Progress, stall_s: float, is_alive: Callable[[], None], done: asyncio.Event) -> None:
+async def _watch(load: _Load, stall_s: float, is_alive: Callable[[], None], done: asyncio.Event) -> None:
     while not done.is_set():
         await asyncio.sleep(0.5)
         is_alive()  # raises when the server died
-        if time.perf_counter() - progress.last > stall_s:
+        if time.perf_counter() - load.last_token > stall_s:
             raise LoadAborted("hang", f"no streamed token for {stall_s:.0f} s")
 
 
 async def _drive(
-    base_url, model, warmup, measure, max_tokens, concurrency, stall_s, timeout_s, check_alive, records, on_phase
-):
-    progress, done = _Progress(), asyncio.Event()
+    load: _Load,
+    warmup: list[list[int]],
+    measure: list[list[int]],
+    stall_s: float,
+    check_alive: Callable[[], None],
+    on_measure_start: Callable[[], None],
+) -> None:
+    done = asyncio.Event()
 
-    async def phases():
+    async def phases() -> None:
         try:
             if warmup:
-                await _run_phase(
-                    base_url, model, warmup, "warmup", max_tokens, concurrency, 0, progress, timeout_s, records
-                )
-            await on_phase("measure")
-            await _run_phase(
-                base_url, model, measure, "measure", max_tokens, concurrency, len(warmup), progress, timeout_s, records
-            )
+                await _run_phase(load, warmup, "warmup", 0)
+            # The callback may block (it scrapes /metrics): off the event loop.
+            await asyncio.get_running_loop().run_in_executor(None, on_measure_start)
+            await _run_phase(load, measure, "measure", len(warmup))
         finally:
             done.set()
 
     main = asyncio.ensure_future(phases())
-    watch = asyncio.ensure_future(_watch(progress, stall_s, check_alive, done))
+    watch = asyncio.ensure_future(_watch(load, stall_s, check_alive, done))
     finished, _ = await asyncio.wait({main, watch}, return_when=asyncio.FIRST_COMPLETED)
-    if watch in finished and watch.exception() is not None:
+    if watch in finished and (error := watch.exception()) is not None:
         main.cancel()
         await asyncio.gather(main, return_exceptions=True)
-        raise watch.exception()
+        raise error
     watch.cancel()
     await asyncio.gather(watch, return_exceptions=True)
     main.result()
@@ -216,23 +210,7 @@ def run_load(
     keeps what was recorded up to then.
     """
     records = [] if records is None else records
-
-    async def on_phase(_name):
-        await asyncio.get_running_loop().run_in_executor(None, on_measure_start)
-
-    asyncio.run(
-        _drive(
-            base_url,
-            model,
-            prompts[:warmup_count],
-            prompts[warmup_count:],
-            max_tokens,
-            concurrency,
-            stall_s,
-            timeout_s,
-            check_alive,
-            records,
-            on_phase,
-        )
-    )
+    load = _Load(base_url + "/v1/completions", model, max_tokens, concurrency, timeout_s, records)
+    warmup, measure = prompts[:warmup_count], prompts[warmup_count:]
+    asyncio.run(_drive(load, warmup, measure, stall_s, check_alive, on_measure_start))
     return records
