@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from bench.store import atomic_write_bytes
+
 log = logging.getLogger(__name__)
 GUARD = Path(__file__).with_name("guard.py")
 GUARD_GRACE_S = 10
@@ -283,8 +285,9 @@ def _group_alive(pgid: int) -> bool:
 
 
 def record_group(log_path: Path, pgid: int) -> None:
-    """Note a running server's process group next to its log, so a later run can find it (removed on stop)."""
-    log_path.with_suffix(".pgid").write_text(f"{pgid}\n")
+    """Note a running server's process group next to its log, so a later run can find it (removed on stop).
+    Written whole or not at all: a driver killed mid-write must not leave a note the next run cannot read."""
+    atomic_write_bytes(log_path.with_suffix(".pgid"), f"{pgid}\n".encode())
 
 
 def stop_leftover_servers(logs_dir: Path) -> list[int]:
