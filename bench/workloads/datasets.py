@@ -112,6 +112,8 @@ def select(
             if seen[c.category] <= source.max_per_category:
                 kept.append(c)
         convs = kept
+    if not convs:
+        raise BenchError(f"{where}: nothing left after the selection")
     return convs
 
 
