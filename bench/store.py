@@ -3,11 +3,13 @@ logs. Every write is atomic (temp + rename), so killing the sweep at any moment 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -37,6 +39,16 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
 
 def atomic_write_json(path: Path, data: object) -> None:
     atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+def atomic_write_table(path: Path, df: pd.DataFrame) -> None:
+    """A DataFrame as Parquet or CSV (by the suffix), through the one writer."""
+    if path.suffix == ".csv":
+        atomic_write_bytes(path, df.to_csv(index=False).encode())
+        return
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 class SweepStore:

@@ -94,13 +94,13 @@ def _tensors(shapes: dict[str, tuple], seed: int):
 def write_zero_norm_weights(models, seed: int = 0) -> None:
     import json
 
-    from safetensors.torch import save_file
+    from safetensors.torch import save
+
+    from bench.store import atomic_write_bytes
 
     for folder, shapes_of, sub_seed in ((models.target, target_shapes, seed), (models.draft, draft_shapes, seed + 1)):
         path = Path(folder) / "model.safetensors"
         if path.exists():
             continue  # same config + seed -> same bytes; generation is idempotent
         config = json.loads((Path(folder) / "config.json").read_text())
-        tmp = path.with_suffix(".tmp")
-        save_file(_tensors(shapes_of(config), sub_seed), str(tmp), metadata={"format": "pt"})
-        tmp.replace(path)
+        atomic_write_bytes(path, save(_tensors(shapes_of(config), sub_seed), metadata={"format": "pt"}))

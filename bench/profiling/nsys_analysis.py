@@ -49,6 +49,7 @@ from bench.errors import BenchError
 from bench.profiling import nsys_readers as rd
 from bench.profiling import nsys_sqlite as db
 from bench.profiling.nsys_attribution import attribute, kernel_breakdown
+from bench.store import atomic_write_bytes, atomic_write_table
 
 STAT_METRICS = ("cpu_ns", "gpu_busy_ns", "gpu_span_ns")
 STATS = ("mean", "p50", "p90", "min", "max")
@@ -213,10 +214,12 @@ def write_tables(result: NsysAnalysis, out_dir: str | Path) -> dict[str, Path]:
             df = getattr(result, name)
             paths[f"{name}_parquet"] = out_dir / f"nsys_{name}.parquet"
             paths[f"{name}_csv"] = out_dir / f"nsys_{name}.csv"
-            df.to_parquet(paths[f"{name}_parquet"], index=False)
-            df.to_csv(paths[f"{name}_csv"], index=False)
+            atomic_write_table(paths[f"{name}_parquet"], df)
+            atomic_write_table(paths[f"{name}_csv"], df)
         paths["meta_json"] = out_dir / "nsys_meta.json"
-        paths["meta_json"].write_text(json.dumps({**result.meta, "warnings": result.warnings}, indent=2) + "\n")
+        atomic_write_bytes(
+            paths["meta_json"], (json.dumps({**result.meta, "warnings": result.warnings}, indent=2) + "\n").encode()
+        )
     except OSError as exc:
         raise BenchError(f"cannot write the analysis tables to {out_dir} ({exc})") from exc
     return paths

@@ -6,6 +6,7 @@ CI, and importing this module does not switch the backend of a notebook or progr
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from matplotlib.figure import Figure
 
 from bench.errors import BenchError
 from bench.profiling.nsys_analysis import range_label
+from bench.store import atomic_write_bytes
 
 MAX_BARS = 30
 
@@ -41,8 +43,9 @@ def plot_range_breakdown(summary_df: pd.DataFrame, path_png: str | Path, *, max_
     ax.set_title("NVTX ranges: CPU time vs GPU busy time (mean per range)")
     fig.tight_layout()
     try:
-        path_png.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path_png, dpi=110)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110)
+        atomic_write_bytes(path_png, buf.getvalue())
     except OSError as exc:
         raise BenchError(f"cannot write the plot {path_png} ({exc})") from exc
     return path_png

@@ -8,7 +8,7 @@ from pathlib import Path
 from bench.errors import BenchError
 from bench.report.markdown import summary_markdown
 from bench.report.tables import points_table, provenance
-from bench.store import atomic_write_bytes
+from bench.store import atomic_write_bytes, atomic_write_table
 
 
 def build_report(sweep_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
@@ -26,7 +26,7 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None) -> dict[str, Path
         )
     )
     atomic_write_bytes(paths["points_csv"], flat.to_csv(index=False).encode())
-    flat.to_parquet(paths["points_parquet"], index=False)
+    atomic_write_table(paths["points_parquet"], flat)
     paths.update(build_html(sweep_dir, out, points))
     return paths
 
