@@ -102,20 +102,11 @@ def tiny_models(tmp_path_factory):
 
 
 def vllm_env(tmp: Path) -> dict[str, str]:
-    """Environment for a vLLM child process with caches and sockets inside the test's own folder."""
-    for sub in ("cache", "tmp", "rpc"):
-        (tmp / sub).mkdir(parents=True, exist_ok=True)
-    return {
-        **os.environ,
-        "VLLM_CACHE_ROOT": str(tmp / "cache"),
-        "TMPDIR": str(tmp / "tmp"),
-        "VLLM_RPC_BASE_PATH": str(tmp / "rpc"),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
+    """Environment for a vLLM child process with caches and sockets inside the test's own folder: the same one
+    the suite gives its servers."""
+    from bench.server import server_env
+
+    return server_env(tmp)
 
 
 def processes_using(folder: Path) -> list[int]:
