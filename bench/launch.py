@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from bench import kimi_rank
 from bench.models import VOCAB_SIZE, cache_folder, write_tiny_models
 from bench.plan import EngineConfig, Plan
 from bench.server import ServerSpec, free_port, server_argv, server_env
@@ -22,6 +23,10 @@ def resolve_models(engine: EngineConfig, flavor: str) -> tuple[str, str, str | N
     if engine.target == "tiny":
         models = write_tiny_models(cache_folder(MODELS_CACHE, flavor, engine.weights), flavor, engine.weights)
         return str(models.target), str(models.draft), _load_format(engine), VOCAB_SIZE
+    if kimi_rank.is_kimi_rank(engine.target):  # generated per-rank configs, dummy weights
+        spec = kimi_rank.parse_spec(engine.target)
+        rank = kimi_rank.write_rank_models(kimi_rank.cache_folder(MODELS_CACHE, spec), spec)
+        return str(rank.target), str(rank.draft), "dummy", spec.vocab
     config = Path(engine.target) / "config.json"
     vocab = json.loads(config.read_text()).get("vocab_size", 1000) if config.exists() else 1000
     return engine.target, engine.draft, _load_format(engine), vocab
@@ -91,6 +96,9 @@ def _display_models(engine: EngineConfig, flavor: str) -> tuple[str, str]:
     """Where the models will be, without generating tiny ones (a dry run writes nothing)."""
     if engine.target == "tiny":
         folder = cache_folder(MODELS_CACHE, flavor, engine.weights)
+        return str(folder / "target"), str(folder / "draft")
+    if kimi_rank.is_kimi_rank(engine.target):
+        folder = kimi_rank.cache_folder(MODELS_CACHE, kimi_rank.parse_spec(engine.target))
         return str(folder / "target"), str(folder / "draft")
     return engine.target, engine.draft
 

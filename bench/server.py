@@ -97,7 +97,7 @@ def server_argv(
     served_name: str,
     port: int,
     server_args: dict,
-    speculative: dict,
+    speculative: dict | None,
     dcp_size: int,
     load_format: str | None,
 ) -> list[str]:
@@ -113,9 +113,9 @@ def server_argv(
         "127.0.0.1",
         "--port",
         str(port),
-        "--speculative-config",
-        json.dumps(speculative, sort_keys=True),
     ]
+    if speculative is not None:  # None: no draft (the k = 0 baseline)
+        argv += ["--speculative-config", json.dumps(speculative, sort_keys=True)]
     if dcp_size > 1:
         argv += ["--decode-context-parallel-size", str(dcp_size)]
     if load_format:
