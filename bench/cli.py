@@ -159,6 +159,13 @@ def _add_models(sub: argparse._SubParsersAction) -> None:
         "giving exactly 100%% acceptance",
     )
     tiny.add_argument("--seed", type=int, default=0)
+    rank = models_sub.add_parser("kimi-rank", help="write one TP rank of Kimi K2.6 (docs/kimi-rank.md) to DIR")
+    rank.add_argument("dir", type=Path)
+    rank.add_argument("--tp", type=int, default=8, help="tensor-parallel degree the rank belongs to")
+    rank.add_argument("--layers", type=int, default=61, help="decoder layers (4..61)")
+    rank.add_argument("--experts", choices=["int4", "fp8", "bf16"], default="int4", help="routed-expert format")
+    rank.add_argument("--gpu-memory-gib", type=float, help="check the fit against this (default: this GPU, else H200)")
+    rank.add_argument("--force", action="store_true", help="write it even if the GPU cannot hold it")
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:
@@ -303,6 +310,15 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from bench.models import write_tiny_models
+
+    if args.action == "kimi-rank":
+        from bench import kimi_rank
+
+        spec = kimi_rank.RankSpec(args.tp, args.layers, args.experts)
+        print(kimi_rank.estimate(spec).table())
+        rank = kimi_rank.write_checked(args.dir, spec, args.gpu_memory_gib, args.force)
+        print(f"{spec.name}: target {rank.target}, draft {rank.draft} (serve with --load-format dummy)")
+        return 0
 
     models = write_tiny_models(args.dir, None if args.flavor == "auto" else args.flavor, args.weights, args.seed)
     print(f"tiny {models.flavor} models ({models.weights} weights): target {models.target}, draft {models.draft}")

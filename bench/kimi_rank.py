@@ -8,6 +8,9 @@ Every full-model value below is a fact of the public Kimi K2.x configs; docs/kim
 
 A profile names it as `kimi-rank` or `kimi-rank:tp=8,layers=61,experts=int4`; `estimate()` gives the memory one
 rank needs before any GPU time is spent, and `fit_problem()` says why a GPU cannot hold it.
+
+Over 400 lines on purpose: the configs, the memory estimate and the step-bytes model share one per-rank arithmetic
+that the tests check together; split, a change to one shape could miss the other two.
 """
 
 from __future__ import annotations
@@ -394,6 +397,23 @@ def cache_folder(root: Path, spec: RankSpec) -> Path:
     key = [target_config(spec), draft_config(spec), {"tokenizer": getattr(models, "TOKENIZER_VERSION", 1)}]
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode())
     return Path(root) / f"{NAME}-tp{spec.tp}-l{spec.layers}-{spec.experts}-{digest.hexdigest()[:8]}"
+
+
+H200_MEMORY_BYTES = 143771 * 1024**2  # nvidia-smi's memory.total of an H200: the GPU this model is sized for
+
+
+def write_checked(out: Path, spec: RankSpec, gpu_memory_gib: float | None = None, force: bool = False) -> RankModels:
+    """write_rank_models after the fit check (profile settings: utilization 0.85, fp8 KV, one 4096-token sequence)
+    against `gpu_memory_gib`, else this machine's GPU, else an H200; refuses with the numbers unless `force`."""
+    if gpu_memory_gib is None:
+        from bench.hardware import detect_machine
+
+        gpu_memory_gib = detect_machine().gpu_memory_gib
+    memory = gpu_memory_gib * GIB if gpu_memory_gib else H200_MEMORY_BYTES
+    problem = fit_problem(spec, memory, utilization=0.85, target_kv="fp8", draft_kv="fp8")
+    if problem and not force:
+        raise BenchError(f"{problem}; --force writes it anyway")
+    return write_rank_models(out, spec)
 
 
 def write_rank_models(out: Path, spec: RankSpec) -> RankModels:

@@ -188,3 +188,15 @@ def test_shipped_profile_plans_for_one_h200():
     assert not plan.skipped and engines[0].num_speculative_tokens == 0
     assert len(engines) == 1 + 3 * 2 * 4  # baseline + backends x draft KV x k in {1, 2, 3, 4}
     assert K.parse_spec(engines[0].target) == K.RankSpec(8, 61, "int4")
+
+
+def test_cli_prints_the_estimate_writes_and_refuses(tmp_path, capsys):
+    from bench.cli import main
+
+    assert main(["models", "kimi-rank", str(tmp_path / "ok"), "--layers", "4", "--gpu-memory-gib", "140.4"]) == 0
+    out = capsys.readouterr().out
+    assert "total weights" in out and (tmp_path / "ok" / "draft" / "config.json").exists()
+    assert main(["models", "kimi-rank", str(tmp_path / "no"), "--experts", "bf16", "--gpu-memory-gib", "140.4"]) == 1
+    captured = capsys.readouterr()
+    assert "total weights" in captured.out and "does not fit" in captured.err and not (tmp_path / "no").exists()
+    assert main(["models", "kimi-rank", str(tmp_path / "f"), "--experts", "bf16", "--layers", "4", "--force"]) == 0
