@@ -40,6 +40,9 @@ FAILURE_SIGNATURES = [
     ("synthetic-acceptance-unsupported", re.compile(r"Synthetic acceptance not supported")),
     ("fp8-kv-unsupported", re.compile(r"expected scalar type \w+ but found Float8")),
     ("kernel-dtype-unsupported", re.compile(r"Not yet supported ScalarType \d+")),
+    # A kernel fault, not a refusal: seen with a FLASHMLA draft on bf16 KV under an fp8 target KV cache (vLLM
+    # 0.26.0, H200, reports/examples/kimi-rank-h200): the engine dies at the first decode step.
+    ("cuda-illegal-memory-access", re.compile(r"an illegal memory access was encountered")),
     (
         "out-of-memory",
         re.compile(
@@ -54,6 +57,7 @@ FAILURE_SIGNATURES = [
 ENGINE_FATAL = {
     "engine-dead",
     "kernel-dtype-unsupported",
+    "cuda-illegal-memory-access",
     "out-of-memory",
     "dcp-draft-seq-lens-none",
     "fp8-kv-unsupported",

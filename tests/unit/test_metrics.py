@@ -104,6 +104,12 @@ def test_effective_config_and_mismatch_flags():
             "46, please file an issue describing your use case.\nvllm.v1.engine.exceptions.EngineDeadError: EngineCore",
             "kernel-dtype-unsupported",
         ),
+        # Seen on an H200, vLLM 0.26.0, one Kimi K2.6 rank: FLASHMLA draft on bf16 KV under an fp8 target KV cache.
+        (
+            "CUDA error (/workspace/.deps/flashmla-src/csrc/smxx/decode/combine/combine.cu:196): an illegal memory "
+            "access was encountered\nvllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue",
+            "cuda-illegal-memory-access",
+        ),
     ],
 )
 def test_failure_signatures(line, reason):
