@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench import metrics as M
-from bench.effective import mismatches, read_effective
+from bench.effective import clear_records, load_records, mismatches, read_effective, record_env
 from bench.fmt import fmt
 from bench.launch import SERVED_NAME, server_spec
 from bench.loadgen import LoadAborted, RequestRecord, make_prompts, run_load
@@ -71,7 +71,8 @@ class SweepContext:
     capture: Capture | None = None  # profile every point run (None: no profiling)
 
     def server_env(self, engine_id: str) -> dict[str, str]:
-        return {**self.extra_env, **(self.capture.env(engine_id) if self.capture else {})}
+        capture = self.capture.env(engine_id) if self.capture else {}
+        return {**self.extra_env, **record_env(self.store.root, engine_id), **capture}
 
 
 @dataclass(frozen=True)
@@ -144,13 +145,14 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
 def _start(ctx: SweepContext, engine: EngineConfig, server: Server, vocab: int) -> RunningEngine:
     """Start the server and read back what it really runs with. Raises ServerFailed (server already stopped)."""
     started = now()
+    clear_records(ctx.store.root, engine.id)  # an earlier start's (resume, rerun) would pass for this one's
     ready_s = server.start(ctx.plan.profile.run.startup_timeout_s)
     try:
         samples = M.parse_prometheus(M.scrape(server.base_url))
     except OSError:
         server.check_alive()
         samples = []
-    effective = read_effective(server.log_text(), samples)
+    effective = read_effective(server.log_text(), samples, load_records(ctx.store.root, engine.id))
     info = {
         "argv": server.spec.argv,
         "started": started,

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from bench import kimi_rank
+from bench.effective import store_model_configs
 from bench.models import VOCAB_SIZE, cache_folder, write_tiny_models
 from bench.plan import EngineConfig, Plan
 from bench.server import ServerSpec, free_port, server_argv, server_env
@@ -41,6 +42,8 @@ def server_spec(
 ) -> tuple[ServerSpec, int]:
     """The server for `engine` on a free port, its log in the results directory; and the target's vocab size."""
     target, draft, load_format, vocab = resolve_models(engine, flavor)
+    # The configs it runs, kept with the results: the report reads the model shapes from there.
+    store_model_configs(store.root, engine.id, target, draft if engine.num_speculative_tokens else None)
     port = free_port()
     argv = server_argv(
         target,

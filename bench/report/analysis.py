@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from bench.profiling.nsys_analysis import summarize_ranges
+from bench.report.roofline import model_configs
 from bench.report.roofline_points import roofline
 from bench.report.tables import points_table, provenance
 from bench.server import classify_log
@@ -27,17 +28,16 @@ NUMERIC = [
     *("e2e_p50_ms", "e2e_p99_ms", "errors", "acceptance_rate", "mean_acceptance_length"),
 ]
 LATENCY_METRICS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL"}
-EXTRA_COLUMNS = ["point_id", "itl_p90_ms", "server", "asked_rates", "block_size_ran", "dcp_size_ran"]
-EXTRA_COLUMNS += ["backends_logged", "trials", "phase", "log"]
+EXTRA_COLUMNS = ["point_id", "itl_p90_ms", "server", "asked_rates", "trials", "phase", "log"]
 
 
 def point_extras(sweep_dir: Path) -> pd.DataFrame:
     """What points_table leaves out and the report needs, one row per point id: ITL p90, the server arguments,
-    the asked synthetic acceptance rates, the effective block size / DCP / logged backends, trials."""
+    the asked synthetic acceptance rates, trials."""
     rows = []
     for pid, p in SweepStore(sweep_dir).points().items():
         eng = (p.get("config") or {}).get("engine") or {}
-        m, e = p.get("metrics") or {}, p.get("effective") or {}
+        m = p.get("metrics") or {}
         acc = eng.get("acceptance") or {}
         rows.append(
             {
@@ -45,9 +45,6 @@ def point_extras(sweep_dir: Path) -> pd.DataFrame:
                 "itl_p90_ms": (m.get("itl_ms") or {}).get("p90"),
                 "server": eng.get("server") or {},
                 "asked_rates": acc.get("rates") if acc.get("mode") == "synthetic" else None,
-                "block_size_ran": e.get("block_size"),
-                "dcp_size_ran": e.get("dcp_size"),
-                "backends_logged": ", ".join(e.get("attention_backends_logged") or []) or None,
                 "trials": len(p.get("trials") or []) or None,
                 "phase": p.get("phase"),
                 "log": (p.get("server") or {}).get("log"),
@@ -225,21 +222,60 @@ def _log_signature(path: Path) -> str | None:
     return f"{found[0]}: {found[1]}" if found else None
 
 
-EFFECTIVE_RAN = ["draft_attention_backend_ran", "target_attention_backend_ran", "kv_cache_dtype_ran"]
-EFFECTIVE_RAN += ["dcp_size_ran", "block_size_ran", "cudagraph_mode", "backends_logged", "mismatch"]
+EFFECTIVE_COLUMNS = ["engine", "engine_id", "points", "source", "draft_backend_asked", "draft_backend_ran"]
+EFFECTIVE_COLUMNS += ["draft_kv_asked", "draft_kv_ran", "draft_block_size", "target_backend_asked"]
+EFFECTIVE_COLUMNS += ["target_backend_ran", "target_kv_asked", "target_kv_ran", "target_block_size"]
+EFFECTIVE_COLUMNS += ["cudagraph_mode", "dcp_asked", "dcp_ran", "runner", "vllm_version", "mismatch"]
 
 
-def effective_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per point that reached a server: what it asked vs what the server logged, and the mismatch flags."""
-    cols = ["label", "point_id", "status", "draft_attention_backend", "draft_attention_backend_ran"]
-    cols += ["target_attention_backend_ran", "draft_kv_cache_dtype", "kv_cache_dtype_ran", "dcp_size"]
-    cols += ["dcp_size_ran", "block_size_ran", "cudagraph_mode", "backends_logged", "mismatch"]
-    out = df.copy()
-    for c in cols:
-        if c not in out:
-            out[c] = None
-    seen = out[EFFECTIVE_RAN].notna().any(axis=1)
-    return out.loc[seen, cols].reset_index(drop=True)
+def effective_table(records: dict[str, dict]) -> pd.DataFrame:
+    """One row per engine config whose server started: what it asked vs what ran, from the engine's record
+    (bench.profiling.effective_record) or, for results without one, the server log (`source`), and the
+    mismatch flags of its points. A KV dtype that ran reads "configured (storage)", e.g. "auto (bfloat16)"."""
+    by_engine: dict[str, list[dict]] = {}
+    for p in records.values():
+        if p.get("effective"):
+            by_engine.setdefault(p["engine_id"], []).append(p)
+    df = pd.DataFrame([_effective_row(ps) for ps in by_engine.values()], columns=EFFECTIVE_COLUMNS)
+    order = ["draft_backend_asked", "draft_kv_asked", "dcp_asked", "engine"]
+    return df.sort_values(order, kind="stable").reset_index(drop=True)
+
+
+def _effective_row(points: list[dict]) -> dict:
+    p = points[0]
+    eng, e = p["config"]["engine"], p["effective"]
+    server, spec = eng.get("server") or {}, bool(eng.get("num_speculative_tokens"))
+    target, draft = e.get("target") or {}, e.get("draft") or {}
+    flags = sorted({f for q in points for f in q.get("mismatch") or []})
+    return {
+        "engine": (p.get("label") or {}).get("engine"),
+        "engine_id": p["engine_id"],
+        "points": len(points),
+        "source": e.get("source") or "server log",
+        "draft_backend_asked": eng["draft_attention_backend"] if spec else None,
+        "draft_backend_ran": (draft.get("backend") or e.get("draft_attention_backend")) if spec else None,
+        "draft_kv_asked": eng["draft_kv_cache_dtype"] if spec else None,
+        "draft_kv_ran": _kv_ran(draft),
+        "draft_block_size": draft.get("block_size"),
+        "target_backend_asked": server.get("attention_backend") or "auto",
+        "target_backend_ran": target.get("backend") or e.get("target_attention_backend"),
+        "target_kv_asked": server.get("kv_cache_dtype") or "auto",
+        "target_kv_ran": _kv_ran(target) or e.get("kv_cache_dtype"),
+        "target_block_size": target.get("block_size") or e.get("block_size"),
+        "cudagraph_mode": e.get("cudagraph_mode"),
+        "dcp_asked": eng["dcp_size"],
+        "dcp_ran": e.get("dcp_size"),
+        "runner": " ".join(str(v).rsplit(".", 1)[-1] for v in (e.get("runner"), e.get("runner_class")) if v) or None,
+        "vllm_version": e.get("vllm_version"),
+        "mismatch": "; ".join(flags) or None,
+    }
+
+
+def _kv_ran(model: dict) -> str | None:
+    configured, storage = model.get("kv_cache_dtype"), model.get("kv_spec_dtype")
+    if configured is None:
+        return None
+    return f"{configured} ({storage})" if storage and storage != configured else str(configured)
 
 
 def summary_counts(df: pd.DataFrame) -> dict:
@@ -315,7 +351,7 @@ def collect(sweep_dir: Path, points: pd.DataFrame | None = None) -> ReportData:
     sweep_dir = Path(sweep_dir)
     manifest = SweepStore(sweep_dir).manifest()
     df = enrich(points_table(sweep_dir) if points is None else points, point_extras(sweep_dir))
-    roof, inputs, notes = roofline(df, manifest)
+    roof, inputs, notes = roofline(df, manifest, model_configs(sweep_dir))
     return ReportData(
         sweep_dir=sweep_dir,
         manifest=manifest,
@@ -328,7 +364,7 @@ def collect(sweep_dir: Path, points: pd.DataFrame | None = None) -> ReportData:
         acceptance=acceptance_table(df),
         heatmap=heatmap_table(df),
         problems=problems_table(df, sweep_dir),
-        effective=effective_table(df),
+        effective=effective_table(SweepStore(sweep_dir).points()),
         roofline=roof,
         roofline_inputs=inputs,
         roofline_notes=notes,

@@ -35,9 +35,10 @@ This module is the model (bytes per step from the configs); bench.report.rooflin
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
+
+from bench.effective import stored_model_configs
 
 # Peak HBM bandwidth per GPU, bytes/s (vendor datasheets). Matched against nvidia-smi's name, most specific first.
 GPU_BANDWIDTH = [
@@ -77,40 +78,15 @@ def gpu_bandwidth(gpu_name: str | None) -> tuple[float, str] | None:
 # --- model configs -----------------------------------------------------------------------------------------
 
 
-def model_configs(manifest: dict) -> tuple[dict | None, dict | None, str]:
-    """(target config.json dict, draft config.json dict, where they came from) for a sweep's manifest.
-
-    `tiny` = the embedded generated models of the flavor the sweep ran (profile's flavor, or the machine's
-    platform for "auto"); a real model = its config.json if that path exists here; else (None, None, why)."""
-    model = (manifest.get("profile") or {}).get("model") or {}
-    target, draft = model.get("target"), model.get("draft")
-    if target == "tiny":
-        from bench.models import FLAVORS, draft_config, target_config
-
-        flavor = model.get("flavor") or "auto"
-        if flavor == "auto":
-            machine = (manifest.get("environment") or {}).get("machine") or {}
-            flavor = machine.get("platform") or "cpu"
-        if flavor not in FLAVORS:
-            return None, None, f"tiny model flavor {flavor!r} unknown"
-        f = FLAVORS[flavor]
-        return target_config(f), draft_config(f), f"embedded tiny model, flavor {flavor} (bench.models)"
-    found, notes = [], []
-    for role, name in (("target", target), ("draft", draft)):
-        cfg = _read_config(name)
-        found.append(cfg)
-        notes.append(f"{role} {name}: " + ("config.json" if cfg else "config.json not found here: unknown"))
-    return found[0], found[1], "; ".join(notes)
+def model_configs(sweep_dir: Path) -> dict[str, tuple[dict | None, dict | None]]:
+    """{engine id: (target config.json dict, draft config.json dict)} as the sweep stored them with its results
+    (bench.effective.store_model_configs: models/<engine id>/{target,draft}.json). Results without them (sweeps
+    before they were stored) give {}: their shapes are unknown, never re-read from today's generator or disk."""
+    stored = stored_model_configs(sweep_dir)
+    return {engine: (_language_model(c["target"]), _language_model(c["draft"])) for engine, c in stored.items()}
 
 
-def _read_config(name: str | None) -> dict | None:
-    if not name:
-        return None
-    path = Path(name) / "config.json"
-    try:
-        cfg = json.loads(path.read_text()) if path.is_file() else None
-    except (OSError, ValueError):
-        return None
+def _language_model(cfg: dict | None) -> dict | None:
     if cfg and isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (e.g. Kimi K2.5+): the LM part
         cfg = {
             **cfg["text_config"],

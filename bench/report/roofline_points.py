@@ -12,7 +12,6 @@ from bench.report.roofline import (
     draft_pass_params,
     gpu_bandwidth,
     linear_bytes,
-    model_configs,
     step_bytes,
     target_weight_params,
 )
@@ -31,27 +30,36 @@ ROOFLINE_COLUMNS += ["fraction_of_max", "uniform_experts_read", "bytes_per_step_
 ROOFLINE_COLUMNS += ["fraction_of_max_uniform"]
 
 
-def roofline(points: pd.DataFrame, manifest: dict) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """(per-point roofline table, model inputs table, notes). Only ok points with a measured mean acceptance
-    length get a row; the notes say why nothing could be computed (unknown GPU or model config)."""
+def roofline(
+    points: pd.DataFrame, manifest: dict, models: dict[str, tuple[dict | None, dict | None]]
+) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """(per-point roofline table, model inputs table, notes). `models`: per engine id, the (target, draft)
+    configs the sweep stored (bench.report.roofline.model_configs). Only ok points whose engine has both configs
+    and a measured mean acceptance length get a row; the notes say why nothing could be computed (unknown GPU
+    or model configs)."""
     notes: list[str] = []
     machine = (manifest.get("environment") or {}).get("machine") or {}
-    target, draft, source = model_configs(manifest)
+    known: dict[str, tuple[dict, dict]] = {engine: (t, d) for engine, (t, d) in models.items() if t and d}
+    first = next(iter(known), None)
+    target, draft = known[first] if first else (None, None)
+    source = f"models/{first}/ (target.json, draft.json)" if first else "unknown: not stored with these results"
     bw = gpu_bandwidth(machine.get("gpu_name")) if machine.get("platform") == "gpu" else None
     inputs = model_inputs_table(target, draft, source, machine, bw)
     if machine.get("platform") != "gpu":
         notes.append("CPU run: memory bandwidth unknown to this table; no roofline.")
     elif bw is None:
         notes.append(f"GPU {machine.get('gpu_name')!r} is not in the bandwidth table; no roofline.")
-    if target is None or draft is None:
-        notes.append(f"model config unknown ({source}); no roofline.")
-    if notes or bw is None or target is None or draft is None:
+    if not known:
+        notes.append("model configs unknown (the results hold no models/<engine id>/ configs); no roofline.")
+    elif len({repr(pair) for pair in known.values()}) > 1:
+        notes.append(f"the engine configs ran different models; the inputs table shows engine {first}'s.")
+    if bw is None or not known:
         return pd.DataFrame(columns=ROOFLINE_COLUMNS), inputs, notes
     ok = points[points.status == "ok"]
-    rows = [_point_row(r, target, draft, bw[0]) for r in ok.itertuples()]
+    rows = [_point_row(r, *known[r.engine_id], bw[0]) if r.engine_id in known else None for r in ok.itertuples()]
     missing = sum(row is None for row in rows)
     if missing:
-        notes.append(f"{missing} ok point(s) have no measured mean acceptance length: left out.")
+        notes.append(f"{missing} ok point(s) have no measured mean acceptance length or no stored configs: left out.")
     if not len(ok):
         notes.append("no ok points: nothing to compare with the roofline.")
     return pd.DataFrame([row for row in rows if row is not None], columns=ROOFLINE_COLUMNS), inputs, notes
@@ -121,7 +129,7 @@ def model_inputs_table(
 ) -> pd.DataFrame:
     """Every input of the model, as (quantity, value, where from) rows."""
     rows = [
-        ("model configs", source, "manifest profile.model"),
+        ("model configs", source, "results directory"),
         ("GPU", machine.get("gpu_name") or f"none ({machine.get('platform')})", "manifest environment.machine"),
         (
             "HBM bandwidth per GPU",

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench.report.build import build_report
+from tests.helpers.stored_models import with_stored_models
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "reports" / "examples" / "tiny-gpu-h200"
@@ -79,8 +80,9 @@ def dump_dom(tmp: Path, html_path: Path) -> Dom:
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> Path:
+    """The example's report with its model configs stored (the committed one predates them: no roofline plot)."""
     out = tmp_path_factory.mktemp("report")
-    return build_report(EXAMPLE, out)["html"]
+    return build_report(with_stored_models(EXAMPLE, out / "sweep"), out)["html"]
 
 
 def test_every_image_loads_and_the_tables_are_there(report, tmp_path):

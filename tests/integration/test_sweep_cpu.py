@@ -4,6 +4,7 @@ Four server starts in all."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -129,6 +130,7 @@ def test_resume_reruns_failed_points_to_completion(faulted_sweep):
         assert all(r["prompt_tokens"] == shape["input_len"] for r in raw)
         assert max(max(r["chunk_tokens"]) for r in raw) > 1
         assert p["effective"]["target_attention_backend"] == "CPU_MLA" and p["mismatch"] == []
+        check_effective_record(out, p)
         assert (out / p["server"]["log"]).exists()
     manifest = store.manifest()
     fixes = {f["fix"]: f["state"] for f in manifest["environment"]["vllm"]["fixes"]}
@@ -137,9 +139,9 @@ def test_resume_reruns_failed_points_to_completion(faulted_sweep):
     assert not processes_using(out)
 
     # The report is built from the results alone; comparing the sweep with itself finds nothing.
-    assert (out / "report" / "report.html").exists() and "4 ok, 0 failed, 4 skipped" in (
-        out / "report" / "summary.md"
-    ).read_text()
+    summary = (out / "report" / "summary.md").read_text()
+    assert (out / "report" / "report.html").exists() and "4 ok, 0 failed, 4 skipped" in summary
+    assert "target CPU_MLA / draft CPU_MLA / KV auto / graphs NONE" in summary  # the draft was "?" from the log
     from bench.compare import compare_dirs
 
     table = compare_dirs(out, out)["table"]
@@ -150,6 +152,27 @@ def test_resume_reruns_failed_points_to_completion(faulted_sweep):
     rc, lines = run_sweep_cli(out, "--resume")
     assert rc == 0 and any("0 points to run on 0 servers" in line for line in lines)
     assert time.monotonic() - t0 < 30
+
+
+def check_effective_record(out: Path, point: dict) -> None:
+    """What the plugin recorded inside vLLM's worker for the CPU_MLA draft and target, as the point stores it,
+    and the model configs the server ran, stored with the results."""
+    eff, engine = point["effective"], point["config"]["engine"]
+    assert eff["source"] == "engine record", eff
+    (path,) = eff["records"]  # one worker, the records of the crashed / hung earlier starts cleared
+    raw = json.loads((out / path).read_text())
+    assert raw["num_speculative_tokens"] == engine["num_speculative_tokens"] and raw["speculative_method"] == "eagle3"
+    draft, target = eff["draft"], eff["target"]
+    assert draft["layers"] == 1 and target["layers"] == 4  # the tiny draft has 1 layer, the target 4
+    assert draft["backend"] == target["backend"] == "CPU_MLA" and draft["impl_class"].endswith("CPUMLAImpl")
+    # Asked "auto": the draft's cache is in the model's dtype.
+    assert draft["kv_cache_dtype"] == "auto" and draft["kv_spec_dtype"] == eff["draft_model_dtype"] == "bfloat16"
+    assert draft["block_size"] == target["block_size"] == 16
+    assert eff["runner"] == "v1" and eff["cudagraph_mode"] == "NONE" and eff["dcp_world_size"] == 1
+    assert eff["vllm_version"].startswith("0.32") and eff["draft_attention_backend"] == "CPU_MLA"
+    stored = json.loads((out / "models" / point["engine_id"] / "draft.json").read_text())
+    assert stored["architectures"] == ["Eagle3DeepseekV3ForCausalLM"]
+    assert (out / "models" / point["engine_id"] / "target.json").is_file()
 
 
 def test_existing_dir_without_resume_is_refused(faulted_sweep):

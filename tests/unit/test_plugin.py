@@ -37,6 +37,7 @@ ENV_KEYS = (
     plugin.ENV_NVTX,
     plugin.ENV_TIMING,
     plugin.ENV_TIMING_DIR,
+    plugin.ENV_EFFECTIVE_DIR,
     wrapping.ENV_WARNED,
     targets.EXTRA_TARGETS_ENV,
     *nvtx_check.TOOL_ENV,
@@ -228,7 +229,7 @@ def test_doc_lists_every_range_and_row():
 
 
 # The modules that run inside vLLM's processes; they may import each other and nothing else from the suite.
-PLUGIN_SIDE = {"plugin", "nvtx_check", "wrapping", "import_hook", "targets", "timing"}
+PLUGIN_SIDE = {"plugin", "nvtx_check", "wrapping", "import_hook", "targets", "timing", "effective_record"}
 
 
 def suite_imports(name: str) -> set[str]:
@@ -256,6 +257,7 @@ def test_an_active_plugin_loads_only_plugin_side_modules(tmp_path):
         import json, sys
         from bench.profiling import plugin
         plugin.activate(nvtx=True, timing=True, timing_dir={str(tmp_path / "t")!r}, version="0.32.0")
+        plugin.activate_record({str(tmp_path / "e")!r}, version="0.32.0")
         print(json.dumps(sorted(m for m in sys.modules if m.startswith("bench"))))
     """
     out = run_python(code, {}, tmp_path)
