@@ -35,6 +35,12 @@ _BACKEND_RE = re.compile(r"Using (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]+) (?
 _CUDAGRAPH_RE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)")
 _DCP_RE = re.compile(r"decode_context_parallel_size=(\d+)")
 _KV_RE = re.compile(r"kv_cache_dtype=(\w+)")
+# vLLM lowers the whole engine's CUDA graph mode when one backend cannot take it with spec decode (seen on vLLM
+# 0.26.0: a TRITON_MLA draft takes a Kimi K2.6 rank's target from FULL_AND_PIECEWISE to PIECEWISE, 3-5x slower,
+# reports/examples/kimi-rank-h200). The config line still shows the asked mode; only this warning tells.
+_CUDAGRAPH_DOWNGRADE_RE = re.compile(
+    r"CUDAGraphMode\.(\w+) is not supported with spec-decode for attention backend (\w+).*?setting cudagraph_mode=(\w+)"
+)
 # Per-layer fields summarized per model; a field whose layers disagree reads "A | B".
 _LAYER_FIELDS = ("backend", "backend_class", "impl_class", "kv_cache_dtype", "kv_spec_dtype", "block_size")
 _RECORD_FIELDS = (
@@ -147,6 +153,7 @@ def _from_log(log_text: str, metric_samples) -> dict:
         "draft_attention_backend": backends[1] if len(backends) > 1 else None,
         "kv_cache_dtype": cache_info.get("cache_dtype") or first(_KV_RE),
         "cudagraph_mode": first(_CUDAGRAPH_RE),
+        "cudagraph_downgrade": _downgrade(log_text),
         "dcp_size": int(dcp) if dcp else None,
         "block_size": int(cache_info["block_size"]) if cache_info.get("block_size", "").isdigit() else None,
     }
@@ -195,9 +202,19 @@ def _one(values) -> object:
 # --- asked vs ran ---------------------------------------------------------------------------------------------
 
 
+def _downgrade(log_text: str) -> dict | None:
+    m = _CUDAGRAPH_DOWNGRADE_RE.search(log_text)
+    return {"asked": m.group(1), "ran": m.group(3), "because_of": m.group(2)} if m else None
+
+
 def mismatches(engine: dict, effective: dict) -> list[str]:
     """Human-readable differences between what was asked and what ran (only where both are known)."""
     out = []
+    if down := effective.get("cudagraph_downgrade"):
+        out.append(
+            f"cudagraph_mode: asked {down['asked']}, ran {down['ran']} for the whole engine "
+            f"({down['because_of']} does not support it with spec decode)"
+        )
     if effective.get("dcp_size") is not None and effective["dcp_size"] != engine["dcp_size"]:
         out.append(f"dcp_size: asked {engine['dcp_size']}, ran {effective['dcp_size']}")
     if engine.get("num_speculative_tokens", 1):

@@ -445,3 +445,24 @@ def test_a_draft_that_inherited_the_targets_backend_is_named_in_the_report(tmp_p
     paths = build_report(out)
     assert "inherited the target" in paths["html"].read_text()
     assert "draft TRITON_MLA" in paths["summary"].read_text()
+
+
+def test_a_whole_engine_cudagraph_downgrade_is_flagged():
+    """vLLM 0.26.0, H200, one Kimi K2.6 rank with a TRITON_MLA draft: the warning is the only trace that the
+    target lost its full CUDA graphs too (the config line still says FULL_AND_PIECEWISE)."""
+    log_line = (
+        "(EngineCore pid=1815) WARNING 12-03 09:37:45 [compilation.py:1443] CUDAGraphMode.FULL_AND_PIECEWISE is not "
+        "supported with spec-decode for attention backend TritonMLABackend (support: "
+        "AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); setting cudagraph_mode=PIECEWISE\n"
+    )
+    eff = E.read_effective(LOG + log_line, [])
+    assert eff["cudagraph_downgrade"] == {
+        "asked": "FULL_AND_PIECEWISE",
+        "ran": "PIECEWISE",
+        "because_of": "TritonMLABackend",
+    }
+    flags = E.mismatches(ENGINE, eff)
+    assert any(
+        f.startswith("cudagraph_mode: asked FULL_AND_PIECEWISE, ran PIECEWISE for the whole engine") for f in flags
+    )
+    assert E.read_effective(LOG, [])["cudagraph_downgrade"] is None
