@@ -32,6 +32,7 @@ METRICS = {
     "e2e_ms": False,
 }
 GATED = ("output_throughput", "tpot_ms")
+GATED_NAMES = {"output_throughput": "output tok/s", "tpot_ms": "TPOT"}
 
 
 @dataclass
@@ -240,11 +241,14 @@ def _verdict_table(t: pd.DataFrame) -> list[str]:
     for _pid, grp in t.groupby("point_id", sort=False):
         by = {r.metric: r for r in grp.itertuples()}
         thr = by.get("output_throughput")
-        verdicts = sorted({_verdict_cell(by[m]) for m in GATED if m in by})
-        n = f"{thr.n_base}/{thr.n_cand}" if thr is not None else "-"
-        lines.append(
-            f"| {grp.label.iloc[0]} | {n} | {_ratio(thr)} | {_ratio(by.get('tpot_ms'))} | {', '.join(verdicts)} |"
+        cells = [_verdict_cell(by[m]) for m in GATED if m in by]
+        verdict = (
+            cells[0]
+            if len(set(cells)) == 1
+            else "; ".join(f"{GATED_NAMES[m]}: {_verdict_cell(by[m])}" for m in GATED if m in by)
         )
+        n = f"{thr.n_base}/{thr.n_cand}" if thr is not None else "-"
+        lines.append(f"| {grp.label.iloc[0]} | {n} | {_ratio(thr)} | {_ratio(by.get('tpot_ms'))} | {verdict} |")
     return lines
 
 
