@@ -12,7 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
-from bench.errors import BenchError
+from bench.errors import BenchError, ExitCode, exit_code_text
 
 NO_NSYS = (
     "nsys not found: using the in-process timing mode (CPU time per range, GPU time via CUDA events where a GPU exists)"
@@ -23,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
         description=("Benchmark and profile vLLM speculative decoding (EAGLE3 drafts on MLA models)."),
+        epilog=exit_code_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -218,13 +220,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     )
     if args.dry_run:
         print(dry_run(request))
-        return 0
+        return ExitCode.OK
     outcome = sweep(request)
     if outcome.report is not None:
         print(f"report: {outcome.report}")
     counts = outcome.counts
     print(f"results: {outcome.root}  ({counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped)")
-    return 0 if not counts["failed"] else 3
+    if outcome.capture_error is not None:
+        print(f"error: {outcome.capture_error}", file=sys.stderr)
+    if counts["failed"]:
+        return ExitCode.POINTS_FAILED
+    return ExitCode.CAPTURE_FAILED if outcome.capture_error is not None else ExitCode.OK
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -257,10 +263,16 @@ def cmd_profile(args: argparse.Namespace) -> int:
     print(f"report: {outcome.report_html}")
     for item in outcome.captures:
         print(json.dumps(item, indent=2, default=str))
+    if outcome.point_error is not None:
+        print(f"error: point {job.point.id} {outcome.point_error}; results: {outcome.root}", file=sys.stderr)
     if outcome.capture_error is not None:
-        raise BenchError(f"capture failed: {outcome.capture_error}")
+        print(f"error: capture failed: {outcome.capture_error}", file=sys.stderr)
+    if outcome.point_error is not None:
+        return ExitCode.POINTS_FAILED
+    if outcome.capture_error is not None:
+        return ExitCode.CAPTURE_FAILED
     print(f"results: {outcome.root}")
-    return 0
+    return ExitCode.OK
 
 
 def _profile_analyze(args: argparse.Namespace) -> int:
@@ -289,8 +301,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     bad = regressions(result)
     if len(bad) and not args.no_gate:
         print(f"regression: {len(bad)} gated metric(s) slower beyond {args.min_effect:.0%}", file=sys.stderr)
-        return 4
-    return 0
+        return ExitCode.GATE_FAILED
+    return ExitCode.OK
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
@@ -350,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:  # output piped into head & co.
-        return 0
+        return ExitCode.OK
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED

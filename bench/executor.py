@@ -13,7 +13,7 @@ import datetime as dt
 import logging
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -80,7 +80,7 @@ class RunningEngine:
     """A started server and what every point it serves records about it."""
 
     server: Server
-    vocab: int  # of the target: prompt token ids are drawn below it
+    vocab: Sequence[int]  # the token ids its prompts may use (bench.launch.prompt_ids)
     effective: dict  # the configuration the server really runs with (bench.effective)
     mismatch: list[str]  # where that differs from what the engine config asked for
     info: dict  # argv, start time, seconds to ready, pids, log: the record's "server"
@@ -142,7 +142,7 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
             atomic_write_json(ctx.store.root / "profile" / "captures.json", ctx.capture.outputs)
 
 
-def _start(ctx: SweepContext, engine: EngineConfig, server: Server, vocab: int) -> RunningEngine:
+def _start(ctx: SweepContext, engine: EngineConfig, server: Server, vocab: Sequence[int]) -> RunningEngine:
     """Start the server and read back what it really runs with. Raises ServerFailed (server already stopped)."""
     started = now()
     clear_records(ctx.store.root, engine.id)  # an earlier start's (resume, rerun) would pass for this one's

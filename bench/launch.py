@@ -3,15 +3,16 @@ exact argv and environment, and the same commands as text for `sweep --dry-run`.
 
 from __future__ import annotations
 
-import json
+import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bench import kimi_rank
 from bench.effective import store_model_configs
-from bench.models import VOCAB_SIZE, cache_folder, write_tiny_models
+from bench.models import SPECIAL_TOKENS, VOCAB_SIZE, cache_folder, write_tiny_models
 from bench.plan import EngineConfig, Plan
+from bench.prompt_vocab import prompt_vocab
 from bench.server import ServerSpec, free_port, server_argv, server_env
 from bench.store import SweepStore
 
@@ -19,18 +20,29 @@ SERVED_NAME = "bench-target"
 MODELS_CACHE = Path.home() / ".cache" / "bench" / "models"
 
 
-def resolve_models(engine: EngineConfig, flavor: str) -> tuple[str, str, str | None, int]:
-    """(target path/id, draft path/id, load format, vocab size) for an engine config."""
+def resolve_models(engine: EngineConfig, flavor: str) -> tuple[str, str, str | None, Sequence[int]]:
+    """(target path/id, draft path/id, load format, the token ids a prompt may use) for an engine config."""
     if engine.target == "tiny":
         models = write_tiny_models(cache_folder(MODELS_CACHE, flavor, engine.weights), flavor, engine.weights)
-        return str(models.target), str(models.draft), _load_format(engine), VOCAB_SIZE
+        return str(models.target), str(models.draft), _load_format(engine), prompt_ids(engine.target)
     if kimi_rank.is_kimi_rank(engine.target):  # generated per-rank configs, dummy weights
         spec = kimi_rank.parse_spec(engine.target)
         rank = kimi_rank.write_rank_models(kimi_rank.cache_folder(MODELS_CACHE, spec), spec)
-        return str(rank.target), str(rank.draft), "dummy", spec.vocab
-    config = Path(engine.target) / "config.json"
-    vocab = json.loads(config.read_text()).get("vocab_size", 1000) if config.exists() else 1000
-    return engine.target, engine.draft, _load_format(engine), vocab
+        return str(rank.target), str(rank.draft), "dummy", prompt_ids(engine.target)
+    return engine.target, engine.draft, _load_format(engine), prompt_ids(engine.target)
+
+
+@functools.cache
+def prompt_ids(target: str) -> Sequence[int]:
+    """The token ids a random-id prompt for `target` may use: in its tokenizer, no special id. The generated
+    models' tokenizer is the suite's own (its specials first, then ordinary tokens up to the vocab size), known
+    without loading it; any other target's is read offline with vLLM's loader (bench.prompt_vocab), and one
+    that cannot be found is a BenchError, never a guessed vocab."""
+    if target == "tiny":
+        return range(len(SPECIAL_TOKENS), VOCAB_SIZE)
+    if kimi_rank.is_kimi_rank(target):
+        return range(len(SPECIAL_TOKENS), kimi_rank.parse_spec(target).vocab)
+    return prompt_vocab(target).allowed()
 
 
 def server_spec(
@@ -39,30 +51,32 @@ def server_spec(
     flavor: str,
     extra_env: Mapping[str, str] | None = None,
     draft_keys: str = "legacy",
-) -> tuple[ServerSpec, int]:
-    """The server for `engine` on a free port, its log in the results directory; and the target's vocab size."""
-    target, draft, load_format, vocab = resolve_models(engine, flavor)
+) -> tuple[ServerSpec, Sequence[int]]:
+    """The server for `engine` on a free port, its log in the results directory; and the token ids its prompts
+    may use."""
+    target, draft, load_format, ids = resolve_models(engine, flavor)
     # The configs it runs, kept with the results: the report reads the model shapes from there.
     store_model_configs(store.root, engine.id, target, draft if engine.num_speculative_tokens else None)
     port = free_port()
-    argv = server_argv(
-        target,
-        SERVED_NAME,
-        port,
-        dict(engine.server),
-        engine.speculative_config(draft, draft_keys),
-        engine.dcp_size,
-        load_format,
-    )
+    argv = engine_argv(engine, target, draft, load_format, port, draft_keys)
     run_dir = store.root / "run" / engine.id
     # BENCH_VLLM_CACHE shares vLLM's compile cache across sweeps too (A/B rounds of one config start faster).
     cache = Path(os.environ.get("BENCH_VLLM_CACHE") or store.root / "run" / "vllm-cache")
     env = server_env(run_dir, dict(extra_env or {}), cache_dir=cache)
-    return ServerSpec(argv, env, store.log_path(engine.id), port), vocab
+    return ServerSpec(argv, env, store.log_path(engine.id), port), ids
 
 
-def describe_plan(plan: Plan) -> str:
-    """The --dry-run text: counts, each server's exact command and its points, the skipped points."""
+def engine_argv(
+    engine: EngineConfig, target: str, draft: str, load_format: str | None, port: int, draft_keys: str
+) -> list[str]:
+    """The `vllm serve` argv of `engine`: what a sweep runs and what its --dry-run shows."""
+    spec = engine.speculative_config(draft, draft_keys)
+    return server_argv(target, SERVED_NAME, port, dict(engine.server), spec, engine.dcp_size, load_format)
+
+
+def describe_plan(plan: Plan, draft_keys: str = "legacy") -> str:
+    """The --dry-run text: counts, each server's exact command (the draft's backend / KV dtype under the keys
+    `draft_keys` names, as the run passes them) and its points, the skipped points."""
     machine = plan.machine
     lines = [
         f"profile {plan.profile.name} ({plan.profile.source}) on {machine.platform}"
@@ -71,15 +85,7 @@ def describe_plan(plan: Plan) -> str:
     ]
     for engine, points in plan.groups:
         target, draft = _display_models(engine, plan.flavor)
-        argv = server_argv(
-            target,
-            SERVED_NAME,
-            0,
-            dict(engine.server),
-            engine.speculative_config(draft),
-            engine.dcp_size,
-            _load_format(engine),
-        )
+        argv = engine_argv(engine, target, draft, _load_format(engine), 0, draft_keys)
         lines.append(f"\nserver {engine.id}  [{engine.label()}]")
         lines.append("  python " + " ".join(_quote(a) for a in argv[1:]).replace("--port 0", "--port <free>"))
         for p in points:

@@ -11,7 +11,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import aiohttp
@@ -42,10 +42,12 @@ class LoadAborted(Exception):
         self.reason, self.detail = reason, detail
 
 
-def make_prompts(n: int, input_len: int, vocab_size: int, seed: int, low: int = 3) -> list[list[int]]:
-    """Seeded token-id prompts of exactly input_len tokens each."""
+def make_prompts(n: int, input_len: int, vocab: int | Sequence[int], seed: int, low: int = 3) -> list[list[int]]:
+    """Seeded token-id prompts of exactly input_len tokens each, drawn from `vocab`: the ids a prompt may use
+    (bench.launch.prompt_ids: no special id), or a vocab size whose special ids all lie below `low`."""
+    ids = range(low, vocab) if isinstance(vocab, int) else vocab
     rng = random.Random(seed)
-    return [[rng.randrange(low, vocab_size) for _ in range(input_len)] for _ in range(n)]
+    return [[rng.choice(ids) for _ in range(input_len)] for _ in range(n)]
 
 
 @dataclass

@@ -1,9 +1,11 @@
-"""A `vllm serve` process as a resource: own process group, log file, readiness (alive AND /health), crash and
-hang detection, and a stop that leaves no process behind (SIGTERM the group, grace, SIGKILL, wait)."""
+"""A `vllm serve` process as a resource: own process group led by a guard (bench/guard.py), log file, readiness
+(alive AND /health), crash and hang detection, and a stop that leaves no process behind (SIGTERM the API server,
+then the group, grace, SIGKILL, wait)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from bench.guard import stop_group, wait_until
 from bench.store import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -230,34 +233,24 @@ class Server:
 
     def pids(self) -> list[int]:
         """Every process of the server's group (its workers and engine core included)."""
-        if self.proc is None:
-            return []
-        out = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    if os.getpgid(int(entry.name)) == self.proc.pid:
-                        out.append(int(entry.name))
-                except (ProcessLookupError, PermissionError):
-                    pass
-        return sorted(out)
+        return group_pids(self.proc.pid) if self.proc is not None else []
 
     def stop(self, grace_s: float = 20.0) -> None:
+        """Stop the whole group (bench.guard.stop_group): SIGTERM to the guard alone, which forwards it to the API
+        server, so the API server stops its engine in order; the group after part of `grace_s`; SIGKILL at its
+        end. Then wait for every process of the group."""
         if self.proc is None:
             return
-        pgid = self.proc.pid
-        _signal_group(pgid, signal.SIGTERM)
-        _signal_group(pgid, signal.SIGCONT)  # a stopped (hung) process only handles SIGTERM once continued
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and (self.proc.poll() is None or _group_alive(pgid)):
-            time.sleep(0.2)
-        if self.proc.poll() is None or _group_alive(pgid):
+        proc, pgid = self.proc, self.proc.pid
+        if not stop_group(
+            lambda: _signal_pid(pgid, signal.SIGTERM),
+            pgid,
+            grace_s,
+            lambda: proc.poll() is not None and not _group_alive(pgid),
+        ):
             log.warning("server group %d still alive after %.0f s: SIGKILL", pgid, grace_s)
-            _signal_group(pgid, signal.SIGKILL)
-        self.proc.wait()
-        deadline = time.monotonic() + 10
-        while _group_alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        proc.wait()
+        wait_until(lambda: not _group_alive(pgid), 10)
         if self._log_fh:
             self._log_fh.close()
             self._log_fh = None
@@ -276,6 +269,27 @@ class Server:
 def _signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
+
+
+def _signal_pid(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def group_pids(pgid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) == pgid:
+                    out.append(int(entry.name))
+            except (ProcessLookupError, PermissionError):
+                pass
+    return sorted(out)
+
+
+def _group_gone(pgid: int) -> bool:
+    return not _group_alive(pgid)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -303,11 +317,15 @@ def stop_leftover_servers(logs_dir: Path) -> list[int]:
         pgid = int(note.read_text().split()[0])
         marker = f"{SERVER_MARK}={note.with_suffix('.log').resolve()}"
         if _group_alive(pgid) and _group_mentions(pgid, marker):
-            log.warning("stopping server group %d left running by an earlier run (%s)", pgid, note.name)
+            log.warning(
+                "stopping server process group %d (pids %s), left running by an earlier run of %s",
+                pgid,
+                " ".join(map(str, group_pids(pgid))),
+                note.with_suffix(".log"),
+            )
             _signal_group(pgid, signal.SIGTERM)
-            deadline = time.monotonic() + GUARD_GRACE_S
-            while _group_alive(pgid) and time.monotonic() < deadline:
-                time.sleep(0.2)
+            _signal_group(pgid, signal.SIGCONT)
+            wait_until(functools.partial(_group_gone, pgid), GUARD_GRACE_S)
             _signal_group(pgid, signal.SIGKILL)
             stopped.append(pgid)
         note.unlink(missing_ok=True)

@@ -7,10 +7,12 @@ are stopped in `finally`, also on Ctrl-C and SIGTERM.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import logging
 import signal
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -19,8 +21,9 @@ from typing import TYPE_CHECKING
 from bench.environment import collect_environment
 from bench.errors import BenchError
 from bench.executor import Progress, SweepContext, base_record, now, run_engine
-from bench.launch import describe_plan
+from bench.launch import describe_plan, prompt_ids
 from bench.plan import Plan, plan_sweep
+from bench.server import stop_leftover_servers
 from bench.store import SweepStore
 
 if TYPE_CHECKING:
@@ -61,21 +64,23 @@ class SweepOutcome:
     root: Path
     report: Path | None  # summary.md; None when building the report failed (the results are stored anyway)
     counts: dict[str, int]  # points by status: ok, failed, skipped
+    capture_error: str | None = None  # with profile_points: the first failed or empty capture
 
 
 def dry_run(request: SweepRequest) -> str:
-    """What `request` would run, as text; starts and writes nothing."""
-    return describe_plan(_plan(request, dry_run=True))
+    """What `request` would run, as text (the server commands with the draft keys the run would pass); starts
+    and writes nothing, and needs no tokenizer."""
+    return describe_plan(_plan(request, dry_run=True), request.draft_keys)
 
 
 def sweep(request: SweepRequest) -> SweepOutcome:
     """Plan, run and report a sweep on this machine."""
     plan = _plan(request, dry_run=False)
     out = request.out or Path("reports") / f"{plan.profile.name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    from bench.profiling.session import Capture, capture_problem, find_nsys
+
     capture = None
     if request.profile_points:
-        from bench.profiling.session import Capture, find_nsys
-
         capture = Capture(Path(out) / "profile", find_nsys(request.nsys))
     options = SweepOptions(
         resume=request.resume,
@@ -85,9 +90,12 @@ def sweep(request: SweepRequest) -> SweepOutcome:
         capture=capture,
     )
     store = run_sweep(plan, out, options)
-    statuses = [p["status"] for p in store.points().values()]
+    records = store.points().values()
+    statuses = [p["status"] for p in records]
     counts = {status: statuses.count(status) for status in ("ok", "failed", "skipped")}
-    return SweepOutcome(store.root, _build_report(store.root), counts)
+    measured = {p["engine_id"] for p in records if p["status"] == "ok"}
+    problem = capture_problem(capture.outputs, measured) if capture else None
+    return SweepOutcome(store.root, _build_report(store.root), counts, problem)
 
 
 def _plan(request: SweepRequest, dry_run: bool) -> Plan:
@@ -110,7 +118,17 @@ def run_sweep(plan: Plan, out_dir: Path, options: SweepOptions | None = None) ->
     """Run every point of `plan` that the results directory lacks (or, with rerun_failed, failed)."""
     options = options or SweepOptions()
     store = SweepStore(out_dir)
-    existing = _open_existing(store, plan, options.resume)
+    for engine, _ in plan.groups:  # a target whose prompt ids cannot be known fails before anything is written
+        prompt_ids(engine.target)
+    with _driver_lock(store.root):
+        existing = _open_existing(store, plan, options.resume)
+        if options.resume:  # before anything runs: on a GPU they hold the memory the resumed points need
+            stop_leftover_servers(store.root / "logs")  # it logs what it stops
+        _run_points(plan, store, existing, options)
+    return store
+
+
+def _run_points(plan: Plan, store: SweepStore, existing: dict[str, dict], options: SweepOptions) -> None:
     _write_manifest(store, plan, options, resumed=bool(existing) or options.resume)
     for point in plan.skipped:
         if point.id not in existing:
@@ -136,7 +154,19 @@ def run_sweep(plan: Plan, out_dir: Path, options: SweepOptions | None = None) ->
             run_engine(ctx, engine, points)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return store
+
+
+@contextlib.contextmanager
+def _driver_lock(root: Path) -> Iterator[None]:
+    """One driver per results directory: a second one (a --resume while the first still runs) would stop the
+    first one's servers as leftovers. The kernel drops the lock when the driver dies, however it dies."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".driver.lock", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BenchError(f"another bench process is running a sweep in {root}") from None
+        yield
 
 
 def _write_manifest(store: SweepStore, plan: Plan, options: SweepOptions, resumed: bool) -> None:

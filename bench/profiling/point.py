@@ -41,7 +41,8 @@ class ProfileOutcome:
     root: Path  # the one-point sweep's results directory
     report_html: Path
     captures: list[dict]  # what each capture produced, up to the first one that failed
-    capture_error: str | None  # the first failed capture's error (None: every capture worked)
+    capture_error: str | None  # the first failed or empty capture (None: every capture worked)
+    point_error: str | None = None  # why the point failed (None: it finished ok)
 
 
 def prepare_profile(request: ProfileRequest) -> ProfileJob:
@@ -77,17 +78,19 @@ def choose_point(plan: Plan, prefix: str | None, num_prompts: int | None) -> Poi
 
 def run_profile(job: ProfileJob) -> ProfileOutcome:
     """Run the job's point with a capture attached, build its report, and check what each capture produced."""
-    from bench.profiling.session import Capture
+    from bench.profiling.session import Capture, capture_problem
     from bench.report.build import build_report
     from bench.sweep import SweepOptions, run_sweep
 
     capture = Capture(job.out / "profile", job.nsys)
     store = run_sweep(job.plan, job.out, SweepOptions(quiet=job.quiet, capture=capture))
     report_html = build_report(store.root)["summary"].parent / "report.html"
-    failed = next((i for i, item in enumerate(capture.outputs) if item.get("error")), None)
-    if failed is None:
-        return ProfileOutcome(store.root, report_html, list(capture.outputs), None)
-    return ProfileOutcome(store.root, report_html, capture.outputs[:failed], str(capture.outputs[failed]["error"]))
+    record = store.points().get(job.point.id) or {"status": "missing", "reason": "no record", "detail": ""}
+    detail = f": {record['detail']}" if record.get("detail") else ""
+    point_error = None if record["status"] == "ok" else f"{record['status']} ({record['reason']}{detail})"
+    failed = next((i for i, item in enumerate(capture.outputs) if item.get("error")), len(capture.outputs))
+    problem = capture_problem(capture.outputs, set() if point_error else {job.point.engine.id})
+    return ProfileOutcome(store.root, report_html, capture.outputs[:failed], problem, point_error)
 
 
 def analyze_sqlite(export: Path, out: Path | None = None) -> dict:

