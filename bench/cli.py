@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in (_add_patch, _add_sweep, _add_profile, _add_compare, _add_ab, _add_models, _add_report):
+    for add in (_add_patch, _add_sweep, _add_load, _add_profile, _add_compare, _add_ab, _add_models, _add_report):
         add(sub)
     return parser
 
@@ -170,6 +170,17 @@ def _add_models(sub: argparse._SubParsersAction) -> None:
     rank.add_argument("--force", action="store_true", help="write it even if the GPU cannot hold it")
 
 
+def _add_load(sub: argparse._SubParsersAction) -> None:
+    load = sub.add_parser("load", help="run a profile's workloads against an already running server (--url)")
+    load.add_argument("profile", nargs="?", help="a name in profiles/ or a .toml path (default: tiny)")
+    load.add_argument("--url", required=True, help="the server's base URL, e.g. http://host:8000")
+    load.add_argument("--model", help="the served model name (default: the server's only model)")
+    load.add_argument("--out", type=Path, help="results directory (default: reports/<profile>-url-<time>)")
+    load.add_argument("--points", help="only these points: ids or id prefixes, comma-separated (see sweep --dry-run)")
+    load.add_argument("--repeat", type=int, help="trials per point (default: the profile's run.repeat)")
+    load.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
 def _add_report(sub: argparse._SubParsersAction) -> None:
     report = sub.add_parser("report", help="build summary.md and tables from a results directory")
     report.add_argument("sweep_dir", type=Path)
@@ -231,6 +242,26 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if counts["failed"]:
         return ExitCode.POINTS_FAILED
     return ExitCode.CAPTURE_FAILED if outcome.capture_error is not None else ExitCode.OK
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    from bench.load_url import LoadRequest, load_url
+
+    points = [p.strip() for p in args.points.split(",") if p.strip()] if args.points else None
+    request = LoadRequest(
+        url=args.url,
+        profile=args.profile,
+        out=args.out,
+        model=args.model,
+        points=points,
+        repeat=args.repeat,
+        quiet=args.quiet,
+    )
+    outcome = load_url(request)
+    if outcome.report is not None:
+        print(f"report: {outcome.report}")
+    print(f"results: {outcome.root}  ({outcome.counts['ok']} ok, {outcome.counts['failed']} failed)")
+    return 0 if not outcome.counts["failed"] else 3
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -340,6 +371,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 COMMANDS = {
     "patch": cmd_patch,
     "sweep": cmd_sweep,
+    "load": cmd_load,
     "models": cmd_models,
     "report": cmd_report,
     "compare": cmd_compare,

@@ -9,6 +9,7 @@ records, not exceptions that end the sweep; Ctrl-C and SIGTERM do end it, and th
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import sys
@@ -16,16 +17,17 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from bench import metrics as M
 from bench.effective import clear_records, load_records, mismatches, read_effective, record_env
 from bench.fmt import fmt
 from bench.launch import SERVED_NAME, server_spec
-from bench.loadgen import LoadAborted, RequestRecord, make_prompts, run_load
-from bench.plan import EngineConfig, Plan, Point
+from bench.loadgen import LoadAborted, RequestRecord, TextSettings, make_prompts, run_conversations, run_load
+from bench.plan import EngineConfig, Plan, Point, dataset_for
 from bench.server import ENGINE_FATAL, Server, ServerFailed, classify_log
 from bench.store import SweepStore, atomic_write_json
+from bench.workloads.point import Sampling
 
 if TYPE_CHECKING:
     from bench.profiling.session import Capture
@@ -52,7 +54,7 @@ class Progress:
         if self.done:
             left = (time.monotonic() - self.t0) / self.done * (self.total - self.done)
             eta = f", ETA {left / 60:.1f} min"
-        self.say(f"[{self.done}/{self.total}{eta}] {point.id} {point.engine.label()} {point.shape.label}: {what}")
+        self.say(f"[{self.done}/{self.total}{eta}] {point.id} {point.engine.label()} {point.label}: {what}")
 
     def finished(self, point: Point, status: str, summary: str = "") -> None:
         self.done += 1
@@ -75,24 +77,39 @@ class SweepContext:
         return {**self.extra_env, **record_env(self.store.root, engine_id), **capture}
 
 
+class Serving(Protocol):
+    """What the points need of a server: a started `Server`, or an already running one (bench.load_url)."""
+
+    @property
+    def base_url(self) -> str: ...
+
+    def check_alive(self) -> None: ...
+
+    def log_text(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class RunningEngine:
     """A started server and what every point it serves records about it."""
 
-    server: Server
+    server: Serving
     vocab: Sequence[int]  # the token ids its prompts may use (bench.launch.prompt_ids)
     effective: dict  # the configuration the server really runs with (bench.effective)
     mismatch: list[str]  # where that differs from what the engine config asked for
     info: dict  # argv, start time, seconds to ready, pids, log: the record's "server"
+    model: str = SERVED_NAME  # the served model name requests ask for
+    request_spec: bool = False  # the server reports each request's acceptance (acceptance per category from it)
 
 
 @dataclass(frozen=True)
 class Trial:
-    """One measured pass over a point's prompts: its raw rows and the spec-decode counters around it."""
+    """One measured pass over a point's prompts: its raw rows, the spec-decode counters around it, and the
+    counts of each category measured in its own window (categories one after another)."""
 
     rows: list[dict]
     before: dict
     after: dict
+    windows: dict[str, dict] = field(default_factory=dict)
 
 
 class PointAborted(Exception):
@@ -109,13 +126,15 @@ def base_record(point: Point) -> dict:
         "point_id": point.id,
         "engine_id": point.engine.id,
         "config": point.to_dict(),
-        "label": {"engine": point.engine.label(), "shape": point.shape.label},
+        "label": {"engine": point.engine.label(), "shape": point.label, "workload": point.workload.id},
     }
 
 
 def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> None:
     """Start the server for `engine`, run `points` on it, stop it; every point ends up with a record."""
     spec, vocab = server_spec(engine, ctx.store, ctx.plan.flavor, ctx.server_env(engine.id), ctx.draft_keys)
+    text = any(p.workload.is_text for p in points)
+    spec.argv += (flag := M.request_spec_args(engine.num_speculative_tokens, dict(engine.server), text))
     if ctx.capture:
         spec.argv = ctx.capture.wrap(spec.argv, engine.id)
     server = Server(spec)
@@ -123,23 +142,30 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
     try:
         try:
             running = _start(ctx, engine, server, vocab)
+            running = dataclasses.replace(running, request_spec=bool(flag) or _asks_request_spec(engine))
         except ServerFailed as exc:
             for p in points:
                 _fail(ctx, p, exc.reason, exc.detail, phase="startup")
             return
-        for i, point in enumerate(points):
-            aborted = _run_point_or_abort(ctx, running, point)
-            if aborted is not None:
-                for p in points[i + 1 :]:
-                    detail = f"server failed on point {point.id}: {aborted.detail}"
-                    _fail(ctx, p, aborted.reason, detail, phase="load")
-                return
+        run_points(ctx, running, points)
     finally:
         # nsys finalizes its report on SIGTERM: give it time.
         server.stop(grace_s=600 if ctx.capture and ctx.capture.nsys else 20)
         if ctx.capture:
             ctx.capture.finalize(engine.id, server.log_text())
             atomic_write_json(ctx.store.root / "profile" / "captures.json", ctx.capture.outputs)
+
+
+def run_points(ctx: SweepContext, running: RunningEngine, points: list[Point]) -> None:
+    """Run `points` one after another on `running`; when one ends the server (dead, hung), the later ones fail
+    with its reason (they would have needed the same server)."""
+    for i, point in enumerate(points):
+        aborted = _run_point_or_abort(ctx, running, point)
+        if aborted is not None:
+            for p in points[i + 1 :]:
+                detail = f"server failed on point {point.id}: {aborted.detail}"
+                _fail(ctx, p, aborted.reason, detail, phase="load")
+            return
 
 
 def _start(ctx: SweepContext, engine: EngineConfig, server: Server, vocab: Sequence[int]) -> RunningEngine:
@@ -184,6 +210,7 @@ def _run_point(ctx: SweepContext, running: RunningEngine, point: Point) -> None:
     trials: list[dict] = []
     first: dict | None = None
     after: dict = {}
+    windows: dict[str, dict] = {}  # per category, over the trials
     for number in range(ctx.plan.profile.run.repeat):
         try:
             trial = _run_trial(ctx, running, point, number)
@@ -194,6 +221,7 @@ def _run_point(ctx: SweepContext, running: RunningEngine, point: Point) -> None:
         first = trial.before if number == 0 else first
         after = trial.after
         rows += trial.rows
+        windows = {w: M.add_counts(windows.get(w), counts) for w, counts in trial.windows.items()}
         trials.append(
             {"trial": number, "metrics": M.summarize(trial.rows), "spec_decode": M.spec_delta(trial.before, after)}
         )
@@ -212,6 +240,8 @@ def _run_point(ctx: SweepContext, running: RunningEngine, point: Point) -> None:
             "metrics": summary,
             "spec_decode": spec,
             "trials": trials,
+            "workload": _workload_record(ctx.plan, point, running),
+            "categories": M.category_metrics(rows, windows, M.counter_delta(first or {}, after)),
             "effective": running.effective,
             "mismatch": running.mismatch,
             "server": running.info,
@@ -229,41 +259,22 @@ def _run_point(ctx: SweepContext, running: RunningEngine, point: Point) -> None:
 
 
 def _run_trial(ctx: SweepContext, running: RunningEngine, point: Point, number: int) -> Trial:
-    """One measured pass over the point's prompts (warmup before the first only); fresh prompts per trial so
-    that prefix caching cannot make later trials faster. Raises PointAborted with the rows recorded so far."""
-    run, server = ctx.plan.profile.run, running.server
-    capture = ctx.capture if number == 0 else None
-    warmup = point.warmup_prompts if number == 0 else 0
-    seed = run.seed + point.shape.input_len + 1000 * number
-    prompts = make_prompts(warmup + point.num_prompts, point.shape.input_len, running.vocab, seed=seed)
-    counters: dict[str, dict] = {}
+    """One measured pass over the point's prompts or conversations (warmup before the first only). Raises
+    PointAborted with the rows recorded so far."""
+    server = running.server
+    marks = _Marks(server, ctx.capture if number == 0 else None)
     records: list[RequestRecord] = []
-
-    def mark_measure_start() -> None:
-        counters["before"] = _spec_counters(server)
-        if capture:
-            capture.start(server.base_url)
-
     try:
-        run_load(
-            server.base_url,
-            SERVED_NAME,
-            prompts=prompts,
-            warmup_count=warmup,
-            max_tokens=point.shape.output_len,
-            concurrency=point.shape.concurrency,
-            stall_s=run.stall_timeout_s,
-            timeout_s=run.request_timeout_s,
-            check_alive=server.check_alive,
-            on_measure_start=mark_measure_start,
-            records=records,
-        )
-        if capture:
-            capture.stop(server.base_url)
+        if point.workload.is_text:
+            _text_load(ctx, running, point, number, marks, records)
+        else:
+            _random_load(ctx, running, point, number, marks, records)
+        if marks.capture:
+            marks.capture.stop(server.base_url)
         rows = _rows(records, number)
         if any(r["status"] != "ok" for r in rows):
             _check_engine(server)  # errors because the engine died: fail the engine config, classified
-        return Trial(rows, counters.get("before", {}), _spec_counters(server))
+        return marks.trial(rows, _spec_counters(server))
     except LoadAborted as exc:
         try:
             server.check_alive()  # a dead server explains a stall better than "hang"
@@ -274,11 +285,100 @@ def _run_trial(ctx: SweepContext, running: RunningEngine, point: Point, number: 
         raise PointAborted(exc.reason, exc.detail, _rows(records, number)) from exc
 
 
+@dataclass
+class _Marks:
+    """The spec-decode counters at the start of each measured window (and the capture started at the first)."""
+
+    server: Serving
+    capture: Capture | None
+    snapshots: list[tuple[str | None, dict]] = field(default_factory=list)
+
+    def start(self, window: str | None = None) -> None:
+        self.snapshots.append((window, _spec_counters(self.server)))
+        if self.capture and len(self.snapshots) == 1:
+            self.capture.start(self.server.base_url)
+
+    def trial(self, rows: list[dict], after: dict) -> Trial:
+        """The trial, with each named window's counts (a window ends where the next one starts)."""
+        ends = [counters for _, counters in self.snapshots[1:]] + [after]
+        windows = {w: M.counter_delta(b, a) for (w, b), a in zip(self.snapshots, ends) if w is not None}
+        return Trial(rows, self.snapshots[0][1] if self.snapshots else {}, after, windows)
+
+
+def _random_load(ctx, running: RunningEngine, point: Point, number: int, marks: _Marks, records: list) -> None:
+    """Token-id prompts of exact length; fresh prompts per trial so that prefix caching cannot make later trials
+    faster."""
+    run, shape = ctx.plan.profile.run, point.shape
+    assert shape is not None
+    warmup = point.warmup_prompts if number == 0 else 0
+    seed = run.seed + shape.input_len + 1000 * number
+    prompts = make_prompts(warmup + point.num_prompts, shape.input_len, running.vocab, seed=seed)
+    run_load(
+        running.server.base_url,
+        running.model,
+        prompts=prompts,
+        warmup_count=warmup,
+        max_tokens=shape.output_len,
+        concurrency=shape.concurrency,
+        stall_s=run.stall_timeout_s,
+        timeout_s=run.request_timeout_s,
+        check_alive=running.server.check_alive,
+        on_measure_start=marks.start,
+        records=records,
+        arrival=point.arrival,
+        seed=seed,
+        workload=point.workload.id,
+    )
+
+
+def _text_load(ctx, running: RunningEngine, point: Point, number: int, marks: _Marks, records: list) -> None:
+    """A text workload's conversations through the chat API, picked anew per trial (categories taking turns).
+    Without per-request acceptance from the server, each category is measured in its own /metrics window, one
+    after another."""
+    run, w = ctx.plan.profile.run, point.workload
+    warmup = point.warmup_prompts if number == 0 else 0
+    convs = dataset_for(ctx.plan, w).pick(warmup + point.num_prompts, seed=run.seed + 1000 * number)
+    measure = convs[warmup:]
+    categories = sorted({c.category for c in measure})
+    apart = not running.request_spec and point.engine.num_speculative_tokens > 0 and len(categories) > 1
+    windows: list[tuple[str | None, list]] = [(None, measure)]
+    if apart:
+        windows = [(c, [m for m in measure if m.category == c]) for c in categories]
+    run_conversations(
+        running.server.base_url,
+        running.model,
+        warmup=convs[:warmup],
+        windows=windows,
+        arrival=point.arrival,
+        seed=run.seed + 1000 * number,
+        settings=TextSettings(w.sampling or Sampling(), w.chat_template_kwargs, w.id),
+        stall_s=run.stall_timeout_s,
+        timeout_s=run.request_timeout_s,
+        check_alive=running.server.check_alive,
+        on_window_start=marks.start,
+        records=records,
+    )
+
+
+def _workload_record(plan: Plan, point: Point, running: RunningEngine) -> dict:
+    """What the point's workload asked for and where its text came from (the dataset's provenance)."""
+    out = {**point.workload.describe(), "label": point.label, "request_spec": running.request_spec}
+    if point.workload.is_text:
+        out["provenance"] = dataset_for(plan, point.workload).provenance.model_dump(mode="json")
+    return out
+
+
+def _asks_request_spec(engine: EngineConfig) -> bool:
+    """The profile's [server] turned vLLM's per-request acceptance on itself."""
+    asked = dict(engine.server).get(M.REQUEST_SPEC_FLAG, "none")
+    return bool(engine.num_speculative_tokens) and str(asked) != "none"
+
+
 def _rows(records: list[RequestRecord], trial: int) -> list[dict]:
     return [{**r.to_row(), "trial": trial} for r in records]
 
 
-def _check_engine(server: Server, settle_s: float = 3.0) -> None:
+def _check_engine(server: Serving, settle_s: float = 3.0) -> None:
     """After request errors: raise ServerFailed if the server exits or its log shows a dead engine."""
     deadline = time.monotonic() + settle_s
     while time.monotonic() < deadline:
@@ -289,7 +389,7 @@ def _check_engine(server: Server, settle_s: float = 3.0) -> None:
         raise ServerFailed(found[0], f"requests failed; log: {found[1]}")
 
 
-def _spec_counters(server: Server) -> dict:
+def _spec_counters(server: Serving) -> dict:
     """Spec-decode counters now; a dead server raises ServerFailed, an unanswered scrape gives unknowns."""
     try:
         return M.spec_counters(M.parse_prometheus(M.scrape(server.base_url)))

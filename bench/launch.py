@@ -10,8 +10,9 @@ from pathlib import Path
 
 from bench import kimi_rank
 from bench.effective import store_model_configs
+from bench.metrics import REQUEST_SPEC_NOTE, request_spec_args
 from bench.models import SPECIAL_TOKENS, VOCAB_SIZE, cache_folder, write_tiny_models
-from bench.plan import EngineConfig, Plan
+from bench.plan import EngineConfig, Plan, Point
 from bench.prompt_vocab import prompt_vocab
 from bench.server import ServerSpec, free_port, server_argv, server_env
 from bench.store import SweepStore
@@ -86,15 +87,35 @@ def describe_plan(plan: Plan, draft_keys: str = "legacy") -> str:
     for engine, points in plan.groups:
         target, draft = _display_models(engine, plan.flavor)
         argv = engine_argv(engine, target, draft, _load_format(engine), 0, draft_keys)
+        per_request = request_spec_args(engine.num_speculative_tokens, dict(engine.server), _has_text(points))
+        planned_elsewhere = machine.cpu == "(planned)"  # the vLLM there may lack the flag (0.26.0 does)
+        argv += [] if planned_elsewhere else per_request
         lines.append(f"\nserver {engine.id}  [{engine.label()}]")
         lines.append("  python " + " ".join(_quote(a) for a in argv[1:]).replace("--port 0", "--port <free>"))
+        if planned_elsewhere and engine.num_speculative_tokens and _has_text(points):
+            lines.append(f"  + {REQUEST_SPEC_NOTE}")
         for p in points:
-            lines.append(f"  point {p.id}  shape {p.shape.label}  prompts {p.num_prompts} (+{p.warmup_prompts} warmup)")
+            lines.append(f"  point {p.id}  {_load_line(p)}")
     if plan.skipped:
         lines.append("\nskipped:")
         for p in plan.skipped:
-            lines.append(f"  point {p.id}  [{p.engine.label()}] {p.shape.label}: {p.skip_reason}")
+            lines.append(f"  point {p.id}  [{p.engine.label()}] {p.label}: {p.skip_reason}")
     return "\n".join(lines)
+
+
+def _load_line(point: Point) -> str:
+    """A point's load in the dry run: its shape and prompts, or its text workload (dataset, sampling, arrival)."""
+    n = f"{point.num_prompts} (+{point.warmup_prompts} warmup)"
+    if not point.workload.is_text:
+        return f"shape {point.label}  prompts {n}"
+    dataset = ", ".join(f"{k}={v}" for k, v in (point.workload.dataset or {}).items())
+    kwargs = point.workload.chat_template_kwargs
+    kwargs_text = f"  chat_template_kwargs {kwargs}" if kwargs else ""
+    return f"workload {point.label}  [{dataset}]  conversations {n}{kwargs_text}"
+
+
+def _has_text(points: list[Point]) -> bool:
+    return any(p.workload.is_text for p in points)
 
 
 def _load_format(engine: EngineConfig) -> str | None:

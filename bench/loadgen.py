@@ -1,8 +1,15 @@
-"""Async streaming load generator over the OpenAI completions API.
+"""Async streaming load generator over the OpenAI API: raw per-request records for every request.
 
-Exact prompt lengths (token ids, verified against the server's usage count), seeded, fixed concurrency, warmup
-excluded, and raw per-request records: send time, every chunk's arrival time and token count (from continuous
-usage stats, so a chunk carrying several speculative tokens counts as several), end time, status, error.
+Two kinds of load, one sender:
+- random token ids of exact length on /v1/completions (verified against the server's usage count), greedy with
+  EOS ignored, so every request produces exactly max_tokens tokens;
+- text conversations on /v1/chat/completions (bench.workloads): the server applies the chat template; each turn
+  is sent after the model's own answer to the one before (multi-turn replay); sampling as the workload says.
+Requests are sent by an arrival schedule (bench.workloads.arrival: fixed concurrency, or a rate with burstiness
+and a cap), one schedule slot per prompt or per whole conversation. Every record keeps the send time, every
+chunk's arrival time and token count (from continuous usage stats, so a chunk carrying several speculative tokens
+counts as several), end, status, error, and where the request was due, arrived and started on the pacer's clock;
+the server's per-request speculative-decoding numbers when it sends them (vLLM --per-request-spec-decode-metrics).
 """
 
 from __future__ import annotations
@@ -16,13 +23,19 @@ from dataclasses import asdict, dataclass, field
 
 import aiohttp
 
+from bench.workloads.arrival import Arrival, Schedule, pace, schedule
+from bench.workloads.conversation import Conversation
+from bench.workloads.point import RANDOM_CATEGORY, Sampling
+
+STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
+
 
 @dataclass
 class RequestRecord:
     index: int
     phase: str  # "warmup" or "measure"
-    prompt_len: int
-    max_tokens: int
+    prompt_len: int | None  # tokens sent (random ids); None for text (the server's count is prompt_tokens)
+    max_tokens: int | None  # None: the answer ends at EOS (or the context limit)
     send_time: float  # seconds, time.perf_counter() clock
     end_time: float | None = None
     chunk_times: list[float] = field(default_factory=list)
@@ -31,6 +44,19 @@ class RequestRecord:
     output_tokens: int | None = None
     status: str = "pending"  # ok | error
     error: str | None = None
+    workload: str | None = None  # the workload id (None: the default random workload)
+    category: str | None = None
+    conversation: str | None = None  # the conversation's id in its dataset (text)
+    turn: int | None = None  # 0-based user turn of the conversation (text)
+    window: str | None = None  # the category measured alone in its own /metrics window, when categories ran so
+    due_s: float | None = None  # when its slot was due, from the start of its phase (the arrival schedule)
+    arrival_time: float | None = None  # when it was due and the pacer woke (perf_counter clock)
+    start_time: float | None = None  # when it got a concurrency slot (a conversation: its first turn's)
+    finish_reason: str | None = None
+    spec_steps: int | None = None  # the server's per-request speculative-decoding numbers, when it sent them
+    spec_draft_tokens: int | None = None
+    spec_accepted_tokens: int | None = None
+    spec_histogram: list[int] | None = None  # verify steps that accepted exactly j draft tokens, j = 0..k
 
     def to_row(self) -> dict:
         return asdict(self)
@@ -50,55 +76,65 @@ def make_prompts(n: int, input_len: int, vocab: int | Sequence[int], seed: int, 
     return [[rng.choice(ids) for _ in range(input_len)] for _ in range(n)]
 
 
+@dataclass(frozen=True)
+class TextSettings:
+    """What every request of a text workload carries besides its messages."""
+
+    sampling: Sampling = field(default_factory=Sampling)
+    chat_template_kwargs: dict | None = None
+    workload: str | None = None
+
+
 @dataclass
 class _Load:
-    """One run_load call: where its requests go, what each asks for, where records land, and when a token last
+    """One load run: where its requests go, where records land, what is in flight, and when a token last
     arrived (the stall watchdog's clock)."""
 
-    url: str  # the completions endpoint
+    base_url: str
     model: str
-    max_tokens: int
-    concurrency: int
     timeout_s: float  # per request
     records: list[RequestRecord]
     last_token: float = field(default_factory=time.perf_counter)
+    in_flight: int = 0
 
     def tick(self) -> None:
         self.last_token = time.perf_counter()
 
 
-async def _one(session: aiohttp.ClientSession, load: _Load, rec: RequestRecord, prompt: list[int]) -> None:
-    body = {
-        "model": load.model,
-        "prompt": prompt,
-        "max_tokens": rec.max_tokens,
-        "temperature": 0.0,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-    }
+async def _one(session: aiohttp.ClientSession, load: _Load, rec: RequestRecord, path: str, body: dict) -> str:
+    """Send one streamed request, fill its record; returns the answer's text (chat; "" otherwise)."""
+    if not load.in_flight:  # a busy period starts: the stall clock counts from here
+        load.tick()
+    load.in_flight += 1
     rec.send_time = time.perf_counter()
+    text = ""
     try:
-        async with session.post(load.url, json=body, timeout=aiohttp.ClientTimeout(total=load.timeout_s)) as resp:
+        timeout = aiohttp.ClientTimeout(total=load.timeout_s)
+        async with session.post(load.base_url + path, json=body, timeout=timeout) as resp:
             if resp.status != 200:
                 rec.status, rec.error = "error", f"HTTP {resp.status}: {(await resp.text())[:300]}"
-                return
-            finished, completed = await _read_stream(resp, rec, load)
+                return text
+            finished, completed, text = await _read_stream(resp, rec, load, "messages" in body)
         rec.end_time = time.perf_counter()
         rec.output_tokens = completed
-        rec.status, rec.error = _verdict(rec, finished, completed, bool(body["ignore_eos"]))
+        rec.status, rec.error = _verdict(rec, finished, completed, bool(body.get("ignore_eos")))
     except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
         rec.end_time = time.perf_counter()
         rec.status, rec.error = "error", f"{type(exc).__name__}: {exc}"[:300]
     finally:
+        load.in_flight -= 1
         load.tick()
+    return text
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, rec: RequestRecord, load: _Load) -> tuple[bool, int]:
+async def _read_stream(
+    resp: aiohttp.ClientResponse, rec: RequestRecord, load: _Load, chat: bool
+) -> tuple[bool, int, str]:
     """Record each chunk that carries new tokens (arrival time, token count from the usage stats) until [DONE].
-    Returns (ended with [DONE], completion tokens)."""
+    Returns (ended with [DONE], completion tokens, the answer's text when `chat`)."""
     completed = 0
     buffer = b""
+    parts: list[str] = []
     async for data in resp.content.iter_any():  # whole network reads; events split here (cheaper)
         now = time.perf_counter()
         buffer += data
@@ -108,8 +144,9 @@ async def _read_stream(resp: aiohttp.ClientResponse, rec: RequestRecord, load: _
             if not payload:
                 continue
             if payload == b"[DONE]":
-                return True, completed
-            usage = json.loads(payload).get("usage") or {}
+                return True, completed, "".join(parts)
+            chunk = json.loads(payload)
+            usage = chunk.get("usage") or {}
             done = usage.get("completion_tokens")
             if done is not None and done > completed:
                 rec.chunk_times.append(now)
@@ -117,70 +154,120 @@ async def _read_stream(resp: aiohttp.ClientResponse, rec: RequestRecord, load: _
                 completed = done
                 load.tick()
             rec.prompt_tokens = usage.get("prompt_tokens", rec.prompt_tokens)
-    return False, completed
+            _read_choice(chunk, rec, parts if chat else None)
+    return False, completed, "".join(parts)
+
+
+def _read_choice(chunk: dict, rec: RequestRecord, parts: list[str] | None) -> None:
+    """The answer's text (chat), the finish reason, and the per-request speculative numbers of the last chunk."""
+    for choice in chunk.get("choices") or ():
+        if parts is not None:
+            content = (choice.get("delta") or {}).get("content")
+            if content:
+                parts.append(content)
+        rec.finish_reason = choice.get("finish_reason") or rec.finish_reason
+    spec = (chunk.get("metrics") or {}).get("speculative_decoding")
+    if spec:
+        rec.spec_steps = spec.get("num_spec_steps")
+        rec.spec_draft_tokens = spec.get("num_draft_tokens")
+        rec.spec_accepted_tokens = spec.get("num_accepted_draft_tokens")
+        rec.spec_histogram = spec.get("acceptance_histogram")
 
 
 def _verdict(rec: RequestRecord, finished: bool, completed: int, ignore_eos: bool) -> tuple[str, str | None]:
     """A stream is ok only when complete: it ended with [DONE], carried usage, the server counted the prompt we
-    sent, and (under ignore_eos) produced every asked token. Anything else is a truncated or unmeasurable
-    request, never a short success."""
+    sent (token-id prompts), and (under ignore_eos) produced every asked token. Anything else is a truncated or
+    unmeasurable request, never a short success."""
     if not finished:
         return "error", f"truncated: the stream ended before [DONE] after {completed} tokens"
     if rec.prompt_tokens is None:
         return "error", "the stream carried no usage: token counts unknown"
-    if rec.prompt_tokens != rec.prompt_len:
+    if rec.prompt_len is not None and rec.prompt_tokens != rec.prompt_len:
         return "error", f"server counted {rec.prompt_tokens} prompt tokens, sent {rec.prompt_len}"
-    if ignore_eos and completed < rec.max_tokens:
+    if ignore_eos and rec.max_tokens is not None and completed < rec.max_tokens:
         return "error", f"truncated: {completed} of {rec.max_tokens} tokens under ignore_eos"
     return "ok", None
 
 
-async def _run_phase(load: _Load, prompts: list[list[int]], phase: str, first_index: int) -> None:
-    queue: asyncio.Queue = asyncio.Queue()
-    for i, prompt in enumerate(prompts):
-        queue.put_nowait((first_index + i, prompt))
-    connector = aiohttp.TCPConnector(limit=load.concurrency)
+def completion_body(model: str, prompt: list[int], max_tokens: int) -> dict:
+    """A random-id request: greedy, EOS ignored, so it produces exactly max_tokens tokens."""
+    return {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": STREAM_OPTIONS,
+    }
+
+
+def chat_body(model: str, messages: list[dict], settings: TextSettings, max_tokens: int | None) -> dict:
+    """A text request: only the sampling fields the workload sets (the rest are the server's defaults)."""
+    body: dict = {"model": model, "messages": messages, **settings.sampling.request_fields()}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    if settings.chat_template_kwargs:
+        body["chat_template_kwargs"] = settings.chat_template_kwargs
+    return {**body, "stream": True, "stream_options": STREAM_OPTIONS}
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Units sent under one schedule: random prompts, or conversations. `window`: the /metrics window it is
+    (a category measured alone), None for the whole measured load."""
+
+    name: str  # "warmup" or "measure"
+    units: Sequence[list[int] | Conversation]
+    plan: Schedule
+    window: str | None = None
+
+
+async def _run_phase(load: _Load, phase: Phase, send_unit) -> None:
+    """Send the phase's units by its schedule; stamp each unit's records with when it was due, arrived, started."""
+    by_unit: dict[int, list[RequestRecord]] = {}
+    connector = aiohttp.TCPConnector(limit=phase.plan.max_concurrency or 0)
     async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def worker() -> None:
-            while not queue.empty():
-                index, prompt = queue.get_nowait()
-                rec = RequestRecord(index, phase, len(prompt), load.max_tokens, send_time=0.0)
-                load.records.append(rec)
-                await _one(session, load, rec, prompt)
+        async def send(i: int) -> None:
+            by_unit[i] = []
+            await send_unit(session, phase, i, by_unit[i])
 
-        await asyncio.gather(*(worker() for _ in range(min(load.concurrency, len(prompts)))))
+        paced = await pace(phase.plan, send)
+    for p in paced:
+        for rec in by_unit.get(p.index, ()):
+            rec.due_s, rec.arrival_time, rec.start_time = p.due_s, p.arrival_time, p.start_time
 
 
 async def _watch(load: _Load, stall_s: float, is_alive: Callable[[], None], done: asyncio.Event) -> None:
     while not done.is_set():
         await asyncio.sleep(0.5)
         is_alive()  # raises when the server died
-        if time.perf_counter() - load.last_token > stall_s:
+        if load.in_flight and time.perf_counter() - load.last_token > stall_s:
             raise LoadAborted("hang", f"no streamed token for {stall_s:.0f} s")
 
 
 async def _drive(
     load: _Load,
-    warmup: list[list[int]],
-    measure: list[list[int]],
+    phases: list[Phase],
+    send_unit,
     stall_s: float,
     check_alive: Callable[[], None],
-    on_measure_start: Callable[[], None],
+    on_measure_start: Callable[[str | None], None],
 ) -> None:
     done = asyncio.Event()
 
-    async def phases() -> None:
+    async def run_phases() -> None:
         try:
-            if warmup:
-                await _run_phase(load, warmup, "warmup", 0)
-            # The callback may block (it scrapes /metrics): off the event loop.
-            await asyncio.get_running_loop().run_in_executor(None, on_measure_start)
-            await _run_phase(load, measure, "measure", len(warmup))
+            for phase in phases:
+                if phase.name == "measure":  # the callback may block (it scrapes /metrics): off the event loop
+                    await asyncio.get_running_loop().run_in_executor(None, on_measure_start, phase.window)
+                if phase.units:
+                    await _run_phase(load, phase, send_unit)
         finally:
             done.set()
 
-    main = asyncio.ensure_future(phases())
+    main = asyncio.ensure_future(run_phases())
     watch = asyncio.ensure_future(_watch(load, stall_s, check_alive, done))
     finished, _ = await asyncio.wait({main, watch}, return_when=asyncio.FIRST_COMPLETED)
     if watch in finished and (error := watch.exception()) is not None:
@@ -205,14 +292,81 @@ def run_load(
     check_alive: Callable[[], None],
     on_measure_start: Callable[[], None] = lambda: None,
     records: list[RequestRecord] | None = None,
+    arrival: Arrival | None = None,
+    seed: int = 0,
+    workload: str | None = None,
 ) -> list[RequestRecord]:
-    """Run warmup then measured requests; returns every record (warmup included, marked by phase).
+    """Random token-id prompts: warmup (all at once, `concurrency` in flight), then the measured ones by
+    `arrival` (default: fixed `concurrency`); returns every record (warmup included, marked by phase).
 
     Raises LoadAborted on a hang, or whatever check_alive raises when the server dies; `records`, when given,
     keeps what was recorded up to then.
     """
     records = [] if records is None else records
-    load = _Load(base_url + "/v1/completions", model, max_tokens, concurrency, timeout_s, records)
+    load = _Load(base_url, model, timeout_s, records)
     warmup, measure = prompts[:warmup_count], prompts[warmup_count:]
-    asyncio.run(_drive(load, warmup, measure, stall_s, check_alive, on_measure_start))
+    arrival = arrival or Arrival.fixed_concurrency(concurrency)
+    phases = [
+        Phase("warmup", warmup, schedule(Arrival.fixed_concurrency(concurrency), len(warmup), seed)),
+        Phase("measure", measure, schedule(arrival, len(measure), seed)),
+    ]
+
+    async def send_unit(session, phase: Phase, i: int, out: list[RequestRecord]) -> None:
+        index = i + (len(warmup) if phase.name == "measure" else 0)
+        prompt = phase.units[i]
+        assert isinstance(prompt, list)
+        rec = RequestRecord(index, phase.name, len(prompt), max_tokens, send_time=0.0, workload=workload)
+        rec.category = RANDOM_CATEGORY
+        records.append(rec)
+        out.append(rec)
+        await _one(session, load, rec, "/v1/completions", completion_body(model, prompt, max_tokens))
+
+    asyncio.run(_drive(load, phases, send_unit, stall_s, check_alive, lambda _window: on_measure_start()))
+    return records
+
+
+def run_conversations(
+    base_url: str,
+    model: str,
+    *,
+    warmup: list[Conversation],
+    windows: list[tuple[str | None, list[Conversation]]],
+    arrival: Arrival,
+    seed: int,
+    settings: TextSettings,
+    stall_s: float,
+    timeout_s: float,
+    check_alive: Callable[[], None],
+    on_window_start: Callable[[str | None], None] = lambda _window: None,
+    records: list[RequestRecord] | None = None,
+) -> list[RequestRecord]:
+    """Text conversations on the chat API: warmup (unpaced, at the arrival's cap), then each measured window
+    (one per category when categories are measured apart, else one: None) by `arrival`, with
+    `on_window_start(window)` before each. One schedule slot is one whole conversation; each turn is one request
+    and one record. A failed turn ends its conversation (the later turns would follow an answer that never came).
+    Raises as run_load."""
+    records = [] if records is None else records
+    load = _Load(base_url, model, timeout_s, records)
+    cap = Arrival.fixed_concurrency(arrival.max_concurrency or max(len(warmup), 1))
+    phases = [Phase("warmup", warmup, schedule(cap, len(warmup), seed))]
+    phases += [
+        Phase("measure", convs, schedule(arrival, len(convs), seed + i), w) for i, (w, convs) in enumerate(windows)
+    ]
+
+    async def send_unit(session, phase: Phase, i: int, out: list[RequestRecord]) -> None:
+        conv = phase.units[i]
+        assert isinstance(conv, Conversation)
+        answers: list[str] = []
+        for turn in range(len(conv.turns)):
+            max_tokens = conv.output_tokens or settings.sampling.max_tokens  # the row's own length wins
+            rec = RequestRecord(len(records), phase.name, None, max_tokens, send_time=0.0, workload=settings.workload)
+            rec.category, rec.conversation, rec.turn, rec.window = conv.category, conv.id, turn, phase.window
+            records.append(rec)
+            out.append(rec)
+            body = chat_body(model, conv.messages(answers), settings, max_tokens)
+            answers.append(await _one(session, load, rec, "/v1/chat/completions", body))
+            if rec.status != "ok":
+                break
+
+    asyncio.run(_drive(load, phases, send_unit, stall_s, check_alive, on_window_start))
     return records

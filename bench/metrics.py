@@ -16,6 +16,34 @@ SPEC_COUNTERS = {
     "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
 }
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+# vLLM puts each request's acceptance in its response with this server flag (0.32 has it, 0.26.0 has not).
+REQUEST_SPEC_FLAG = "per_request_spec_decode_metrics"
+REQUEST_SPEC_NOTE = (
+    "--per-request-spec-decode-metrics summary where the serving vLLM has it (acceptance per category from each "
+    "response; vLLM 0.26.0 has not: then each category runs in its own /metrics window)"
+)
+
+
+def request_spec_args(num_speculative_tokens: int, server_args: dict, text_workloads: bool) -> list[str]:
+    """The server flag that makes vLLM report each request's acceptance, for an engine that speculates and
+    serves text workloads (acceptance per category) with a vLLM that has it; [] otherwise, or when the profile's
+    [server] sets it already."""
+    if not (num_speculative_tokens and text_workloads) or REQUEST_SPEC_FLAG in server_args:
+        return []
+    return ["--" + REQUEST_SPEC_FLAG.replace("_", "-"), "summary"] if vllm_has_request_spec_metrics() else []
+
+
+def vllm_has_request_spec_metrics() -> bool:
+    """Whether the installed vLLM (the one `vllm serve` runs here) has --per-request-spec-decode-metrics, read
+    from its sources without importing it."""
+    from bench.errors import BenchError
+    from bench.patching import locate_vllm
+
+    try:
+        config = locate_vllm().root / "config" / "observability.py"
+        return REQUEST_SPEC_FLAG in config.read_text(errors="replace")
+    except (BenchError, OSError):
+        return False
 
 
 def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
@@ -59,8 +87,8 @@ def info_labels(samples, metric: str) -> dict[str, str] | None:
     return None
 
 
-def spec_delta(before: dict, after: dict) -> dict:
-    """Acceptance over the measured window from two counter snapshots."""
+def counter_delta(before: dict, after: dict) -> dict:
+    """The spec-decode counts between two counter snapshots (None where either side is unknown)."""
     d = {
         k: (after[k] - before[k]) if after.get(k) is not None and before.get(k) is not None else None
         for k in SPEC_COUNTERS
@@ -69,14 +97,53 @@ def spec_delta(before: dict, after: dict) -> dict:
     if after.get("per_position") and before.get("per_position") is not None:
         b = before["per_position"] + [0.0] * (len(after["per_position"]) - len(before["per_position"]))
         pos = [a - x for a, x in zip(after["per_position"], b)]
-    drafts, draft_tokens, accepted = d["drafts"], d["draft_tokens"], d["accepted_tokens"]
+    return {**d, "per_position": pos}
+
+
+def add_counts(a: dict | None, b: dict) -> dict:
+    """Two windows' counts together (trials of one point); unknown in either is unknown."""
+    if a is None:
+        return dict(b)
+    out: dict = {k: a[k] + b[k] if a.get(k) is not None and b.get(k) is not None else None for k in SPEC_COUNTERS}
+    pa, pb = a.get("per_position"), b.get("per_position")
+    out["per_position"] = [x + y for x, y in zip(pa, pb)] if pa is not None and pb is not None else None
+    return out
+
+
+def acceptance(counts: dict) -> dict:
+    """Acceptance from spec-decode counts (drafts = verify steps)."""
+    drafts, draft_tokens, accepted = counts.get("drafts"), counts.get("draft_tokens"), counts.get("accepted_tokens")
+    pos = counts.get("per_position")
     return {
         "num_drafts": drafts,
         "num_draft_tokens": draft_tokens,
         "num_accepted_tokens": accepted,
         "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
-        "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+        "mean_acceptance_length": 1 + accepted / drafts if drafts and accepted is not None else None,
         "per_position_acceptance": [p / drafts for p in pos] if pos is not None and drafts else None,
+    }
+
+
+def spec_delta(before: dict, after: dict) -> dict:
+    """Acceptance over the measured window from two counter snapshots."""
+    return acceptance(counter_delta(before, after))
+
+
+def request_counts(rows: list[dict]) -> dict | None:
+    """Spec-decode counts summed over requests from the server's per-request numbers (vLLM
+    --per-request-spec-decode-metrics: verify steps, drafted and accepted tokens, and a histogram of steps that
+    accepted exactly j draft tokens, so position i was accepted by the steps with j >= i). None unless every
+    request carries them."""
+    if not rows or any(r.get("spec_steps") is None for r in rows):
+        return None
+    hists = [list(r.get("spec_histogram") or []) for r in rows]
+    k = max(len(h) for h in hists) - 1
+    per_position = [float(sum(sum(h[i:]) for h in hists)) for i in range(1, k + 1)] if k > 0 else None
+    return {
+        "drafts": float(sum(r["spec_steps"] for r in rows)),
+        "draft_tokens": float(sum(r.get("spec_draft_tokens") or 0 for r in rows)),
+        "accepted_tokens": float(sum(r.get("spec_accepted_tokens") or 0 for r in rows)),
+        "per_position": per_position,
     }
 
 
@@ -149,7 +216,7 @@ def summarize(records: list[dict]) -> dict:
             **{k: distribution([]) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")},
         }
     output = sum(r["output_tokens"] for r in ok)
-    prompt = sum(r["prompt_len"] for r in ok)
+    prompt = sum(_prompt_tokens(r) for r in ok)
     tpot = distribution([x["tpot"] for x in lat])
     return {
         **out,
@@ -164,3 +231,51 @@ def summarize(records: list[dict]) -> dict:
         "itl_ms": distribution([v for x in lat for v in x["itl"]]),
         "e2e_ms": distribution([x["e2e"] for x in lat]),
     }
+
+
+def _prompt_tokens(row: dict) -> int:
+    """The prompt's tokens: the server's count (text), which for token-id prompts equals the length sent."""
+    return row["prompt_tokens"] if row.get("prompt_tokens") is not None else row["prompt_len"]
+
+
+def category_metrics(rows: list[dict], windows: dict[str, dict] | None = None, whole: dict | None = None) -> list[dict]:
+    """One row per category of the measured requests: requests, lengths (the actual output lengths), TTFT and
+    TPOT, and acceptance with where it came from (`acceptance_source`): the server's per-request numbers summed
+    over the category's requests; else the category's own /metrics window (`windows`: counts per category, when
+    categories ran one after another); else, for a point with one category, the point's window (`whole`)."""
+    by_category: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["phase"] == "measure":
+            by_category.setdefault(r.get("category") or "random", []).append(r)
+    out = []
+    for category, group in sorted(by_category.items()):
+        ok = [r for r in group if r["status"] == "ok"]
+        counts = request_counts(ok)
+        source: str | None = "per-request"
+        if counts is None:
+            counts = (windows or {}).get(category) or (whole if len(by_category) == 1 else None)
+            source = "window" if counts is not None else None
+        lat = [request_latencies(r) for r in ok]
+        tpot = distribution([x["tpot"] for x in lat])
+        out.append(
+            {
+                "category": category,
+                "requests": len(group),
+                "completed": len(ok),
+                "conversations": len({r.get("conversation") for r in group if r.get("conversation") is not None}),
+                "prompt_tokens_mean": _mean([r.get("prompt_tokens") for r in ok]),
+                "output_tokens_mean": _mean([r.get("output_tokens") for r in ok]),
+                "output_tokens": sum(r.get("output_tokens") or 0 for r in ok),
+                "ttft_p50_ms": distribution([x["ttft"] for x in lat])["p50"],
+                "tpot_p50_ms": tpot["p50"],
+                "per_user_output_throughput": 1e3 / tpot["mean"] if tpot["mean"] else None,
+                "acceptance_source": source,
+                **acceptance(counts or {}),
+            }
+        )
+    return out
+
+
+def _mean(values: list) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(np.mean(known)) if known else None

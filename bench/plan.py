@@ -7,12 +7,16 @@ import hashlib
 import itertools
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 from bench.errors import BenchError
 from bench.hardware import Machine, detect_machine, planned_machine
 from bench.kimi_rank import engine_fit_problem, is_kimi_rank
 from bench.profile import Profile, Shape, load_profile_variants
+from bench.workloads.arrival import Arrival
+from bench.workloads.conversation import Dataset
+from bench.workloads.point import Sampling, Workload
 
 # MLA backends by GPU arch (docs/facts.md "Incompatibilities", read in vLLM code); fp8 KV support per backend.
 MLA_BACKEND_ARCHS = {
@@ -105,25 +109,49 @@ class EngineConfig:
 
 @dataclass(frozen=True)
 class Point:
+    """One engine config x one workload run: random token ids at a batch shape (`shape`), or a text workload
+    (`shape` None: its lengths come from the data). `num_prompts`: requests (random) or conversations (text)."""
+
     engine: EngineConfig
-    shape: Shape
+    shape: Shape | None
     num_prompts: int
     warmup_prompts: int
     seed: int
     skip_reason: str | None = None
+    workload: Workload = field(default_factory=Workload)
 
     def to_dict(self) -> dict:
-        return {
-            "engine": self.engine.to_dict(),
-            "shape": self.shape.model_dump(),
-            "num_prompts": self.num_prompts,
-            "warmup_prompts": self.warmup_prompts,
-            "seed": self.seed,
-        }
+        out: dict[str, Any] = {"engine": self.engine.to_dict()}
+        if self.shape is not None:
+            out["shape"] = self.shape.model_dump()
+        out.update(num_prompts=self.num_prompts, warmup_prompts=self.warmup_prompts, seed=self.seed)
+        workload = self.workload.to_dict()
+        if workload is not None:  # the default (random at fixed concurrency) keeps the ids of before workloads
+            out["workload"] = workload
+        return out
 
     @property
     def id(self) -> str:
         return stable_id(self.to_dict())
+
+    @property
+    def label(self) -> str:
+        """The load part of the point's name: the batch shape, or `<workload> <sampling> <arrival>`."""
+        return self.workload.label(self.shape.label if self.shape else None)
+
+    @property
+    def concurrency(self) -> int | None:
+        """The most requests (conversations) in flight: the shape's, else the arrival's cap (None: no cap)."""
+        if self.shape is not None:
+            return self.shape.concurrency
+        return self.workload.arrival.max_concurrency if self.workload.arrival else None
+
+    @property
+    def arrival(self) -> Arrival:
+        """When the point's requests are sent: the workload's arrival, else fixed concurrency at the shape's."""
+        if self.workload.arrival is not None:
+            return self.workload.arrival
+        return Arrival.fixed_concurrency(self.shape.concurrency if self.shape else 1)
 
 
 @dataclass
@@ -132,6 +160,7 @@ class Plan:
     machine: Machine
     groups: list[tuple[EngineConfig, list[Point]]] = field(default_factory=list)  # runnable, in run order
     skipped: list[Point] = field(default_factory=list)
+    datasets: dict[str, Dataset] = field(default_factory=dict)  # by Workload.dataset_key, loaded by load_datasets
 
     @property
     def flavor(self) -> str:
@@ -148,7 +177,7 @@ class Plan:
         everything = self.runnable + self.skipped
         for prefix in prefixes:
             if not any(p.id.startswith(prefix) for p in everything):
-                known = ", ".join(f"{p.id} ({p.engine.label()} {p.shape.label})" for p in everything)
+                known = ", ".join(f"{p.id} ({p.engine.label()} {p.label})" for p in everything)
                 raise BenchError(f"no point {prefix!r} in {self.profile.name}; points: {known}")
 
         def keep(point: Point) -> bool:
@@ -156,7 +185,11 @@ class Plan:
 
         groups = [(engine, [p for p in pts if keep(p)]) for engine, pts in self.groups]
         return Plan(
-            self.profile, self.machine, [(e, pts) for e, pts in groups if pts], [p for p in self.skipped if keep(p)]
+            self.profile,
+            self.machine,
+            [(e, pts) for e, pts in groups if pts],
+            [p for p in self.skipped if keep(p)],
+            self.datasets,
         )
 
     def counts(self) -> dict:
@@ -232,24 +265,73 @@ def make_plan(profile: Profile, machine: Machine) -> Plan:
         if engine not in engines:
             engines.append(engine)
     engines.sort(key=lambda e: e.num_speculative_tokens != 0)  # baselines first: speedups are over them
+    loads, seed = workload_runs(profile), profile.run.seed
     for engine in engines:
         reason = constraint(engine, machine)
-        points = [
-            Point(
-                engine,
-                shape,
-                max(profile.run.num_prompts, shape.concurrency),
-                profile.run.warmup_prompts,
-                profile.run.seed,
-                reason,
-            )
-            for shape in sorted(ax.shapes, key=lambda s: (s.concurrency, s.input_len, s.output_len))
-        ]
+        points = [Point(engine, r.shape, r.num_prompts, r.warmup_prompts, seed, reason, r.workload) for r in loads]
         if reason:
             plan.skipped.extend(points)
         else:
             plan.groups.append((engine, points))
     return plan
+
+
+class LoadRun(NamedTuple):
+    """The load part of a point: what every engine config runs."""
+
+    shape: Shape | None
+    workload: Workload
+    num_prompts: int
+    warmup_prompts: int
+
+
+def workload_runs(profile: Profile) -> list[LoadRun]:
+    """The load part of every point: per workload, in the profile's order, its shapes (random) or its sampling
+    settings (text), times its arrivals. The same load twice (two workloads alike) is an error."""
+    out: list[LoadRun] = []
+    base_dir = str(Path(profile.source).resolve().parent) if profile.source else "."
+    for wid, table in profile.workload_tables.items():
+        run = profile.run
+        warmup = run.warmup_prompts if table.warmup_prompts is None else table.warmup_prompts
+        n = table.num_prompts or run.num_prompts
+        if table.dataset is None:
+            shapes = sorted(
+                table.shapes or profile.axes.shapes, key=lambda s: (s.concurrency, s.input_len, s.output_len)
+            )
+            asked_arrivals: list[Arrival | None] = [*table.arrival] if table.arrival else [None]
+            for shape, asked in itertools.product(shapes, asked_arrivals):
+                # the shape's concurrency caps a random workload's arrival
+                arrival = asked.model_copy(update={"max_concurrency": shape.concurrency}) if asked else None
+                out.append(LoadRun(shape, Workload(wid, arrival=arrival), max(n, shape.concurrency), warmup))
+            continue
+        arrivals = table.arrival or [Arrival.fixed_concurrency(c) for c in table.concurrency or [1]]
+        for sampling, arrival in itertools.product(table.sampling or [Sampling()], arrivals):
+            workload = Workload(wid, table.dataset, sampling, table.chat_template_kwargs, arrival, base_dir)
+            out.append(LoadRun(None, workload, max(n, arrival.max_concurrency or 1), warmup))
+    keys = [(r.shape, r.workload.to_dict(), r.num_prompts, r.warmup_prompts) for r in out]
+    twice = [r.workload.label(r.shape.label if r.shape else None) for i, r in enumerate(out) if keys[i] in keys[:i]]
+    if twice:
+        raise BenchError(f"{profile.source}: workloads repeat the same load ({', '.join(twice)}): remove one")
+    return out
+
+
+def load_datasets(plan: Plan) -> Plan:
+    """Read every text workload's dataset now, before anything is written or started: a missing file, a bad
+    row or an unknown category is one BenchError here, not a failed point later."""
+    for point in plan.runnable:
+        if point.workload.is_text:
+            dataset_for(plan, point.workload)
+    return plan
+
+
+def dataset_for(plan: Plan, workload: Workload) -> Dataset:
+    """A text workload's dataset, loaded once per plan (relative paths from the profile's folder)."""
+    from bench.workloads import load_dataset, parse_source
+
+    if workload.dataset_key not in plan.datasets:
+        source = parse_source(workload.dataset, f"{plan.profile.source}: workloads.{workload.id}.dataset")
+        plan.datasets[workload.dataset_key] = load_dataset(source, base_dir=Path(workload.base_dir))
+    return plan.datasets[workload.dataset_key]
 
 
 def plan_sweep(
@@ -279,4 +361,5 @@ def plan_sweep(
             raise BenchError("--repeat must be >= 1")
         chosen = chosen.model_copy(update={"run": chosen.run.model_copy(update={"repeat": repeat})})
     plan = make_plan(chosen, machine)
-    return plan.select(points) if points is not None else plan
+    plan = plan.select(points) if points is not None else plan
+    return plan if dry_run else load_datasets(plan)

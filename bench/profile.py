@@ -16,6 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from bench.errors import BenchError
 from bench.kimi_rank import is_kimi_rank, parse_spec
+from bench.workloads.arrival import Arrival
+from bench.workloads.point import RANDOM, Sampling
+from bench.workloads.spec import parse_source
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
 SHAPE_RE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*x\s*(\d+)\s*$")
@@ -98,17 +101,7 @@ class Axes(Strict):
     @field_validator("shapes", mode="before")
     @classmethod
     def _parse_shapes(cls, v):
-        if not isinstance(v, list):
-            raise ValueError("shapes must be a list like ['1x128x128', '8x1024x256']")
-        out = []
-        for item in v:
-            if isinstance(item, str):
-                m = SHAPE_RE.match(item)
-                if not m:
-                    raise ValueError(f"shape {item!r} is not 'CONCURRENCYxINPUT_LENxOUTPUT_LEN'")
-                item = dict(zip(("concurrency", "input_len", "output_len"), map(int, m.groups())))
-            out.append(item)
-        return out
+        return parse_shapes(v)
 
     @field_validator("draft_attention_backend", "draft_kv_cache_dtype", "dcp_size", "num_speculative_tokens", "shapes")
     @classmethod
@@ -142,6 +135,83 @@ class Axes(Strict):
         return names
 
 
+def parse_shapes(v):
+    """Shapes as 'CONCURRENCYxINPUT_LENxOUTPUT_LEN' strings (or tables) -> tables for Shape."""
+    if not isinstance(v, list):
+        raise ValueError("shapes must be a list like ['1x128x128', '8x1024x256']")
+    out = []
+    for item in v:
+        if isinstance(item, str):
+            m = SHAPE_RE.match(item)
+            if not m:
+                raise ValueError(f"shape {item!r} is not 'CONCURRENCYxINPUT_LENxOUTPUT_LEN'")
+            item = dict(zip(("concurrency", "input_len", "output_len"), map(int, m.groups())))
+        out.append(item)
+    return out
+
+
+def _one_or_list(v):
+    return [v] if isinstance(v, dict) else v
+
+
+class WorkloadTable(Strict):
+    """`[workloads.<id>]`: random token ids of exact length (no `dataset`: the batch shapes, greedy, EOS
+    ignored, /v1/completions), or a text dataset (`dataset`, a source table of bench.workloads) whose
+    conversations go to /v1/chat/completions. `sampling` and `arrival` take a table or a list of them (an axis);
+    `concurrency = [C, ...]` is short for fixed-concurrency arrivals."""
+
+    dataset: dict[str, Any] | None = None
+    shapes: list[Shape] | None = None  # random only; default: axes.shapes
+    sampling: list[Sampling] | None = None  # text only; default: the server's (the model's generation config)
+    chat_template_kwargs: dict[str, Any] | None = None  # text only, passed through (e.g. Kimi's thinking)
+    concurrency: list[int] | None = None
+    arrival: list[Arrival] | None = None
+    num_prompts: int | None = Field(default=None, ge=1)  # text: conversations; default run.num_prompts
+    warmup_prompts: int | None = Field(default=None, ge=0)
+
+    @field_validator("shapes", mode="before")
+    @classmethod
+    def _parse_shapes(cls, v):
+        return parse_shapes(v)
+
+    @field_validator("sampling", "arrival", mode="before")
+    @classmethod
+    def _table_or_list(cls, v):
+        return _one_or_list(v)
+
+    @field_validator("shapes", "sampling", "concurrency", "arrival")
+    @classmethod
+    def _distinct(cls, v):
+        if v is not None and (not v or len({str(x) for x in v}) != len(v)):
+            raise ValueError("needs distinct values (at least one)")
+        if v and isinstance(v[0], int) and min(v) < 1:
+            raise ValueError("values must be >= 1")
+        return v
+
+    @model_validator(mode="after")
+    def _kind_keys(self):
+        if self.concurrency is not None and self.arrival is not None:
+            raise ValueError("give either concurrency or arrival, not both")
+        if self.dataset is None:
+            if self.sampling is not None or self.chat_template_kwargs is not None:
+                raise ValueError(
+                    "random token ids are greedy with EOS ignored: sampling and chat_template_kwargs "
+                    "apply to text workloads (give a dataset)"
+                )
+            if self.concurrency is not None:
+                raise ValueError("a random workload's concurrency is its shapes' (CONCURRENCYxINPUT_LENxOUTPUT_LEN)")
+            if any(a.max_concurrency is not None for a in self.arrival or ()):
+                raise ValueError(
+                    "a random workload's concurrency cap is its shapes' concurrency: leave arrival.max_concurrency out"
+                )
+        elif self.shapes is not None:
+            raise ValueError(
+                "shapes apply to random workloads; a text workload's lengths come from its data "
+                "(sampling.max_tokens caps answers)"
+            )
+        return self
+
+
 class Hardware(Strict):
     platform: Literal["cpu", "gpu"]
     gpus: int = Field(default=0, ge=0)
@@ -168,7 +238,21 @@ class Profile(Strict):
     acceptance: Acceptance = Acceptance()
     run: Run = Run()
     hardware: Hardware | None = None
+    workloads: dict[str, WorkloadTable] = {}  # none: the random workload at axes.shapes
     source: str = ""  # the file it came from
+
+    @field_validator("workloads")
+    @classmethod
+    def _workload_ids(cls, v):
+        bad = [k for k in v if not WORKLOAD_ID_RE.match(k)]
+        if bad:
+            raise ValueError(f"workload ids {bad} must be letters, digits, '.', '_' or '-'")
+        return v
+
+    @property
+    def workload_tables(self) -> dict[str, WorkloadTable]:
+        """The workloads to run: the profile's, else today's random token ids at axes.shapes."""
+        return dict(self.workloads) or {RANDOM: WorkloadTable()}
 
     @field_validator("server")
     @classmethod
@@ -196,6 +280,7 @@ class Profile(Strict):
         return v
 
 
+WORKLOAD_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 PLATFORM_TABLE = "when"
 PLATFORMS = ("cpu", "gpu")  # Machine.platform values; every profile has a variant for each
 
@@ -260,7 +345,7 @@ def _variant(variants: dict[str, Profile], platform: str) -> Profile:
 
 def _validate(data: dict, source: str, variant: str | None) -> Profile:
     try:
-        return Profile(**data, source=source)
+        profile = Profile(**data, source=source)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
@@ -275,17 +360,36 @@ def _validate(data: dict, source: str, variant: str | None) -> Profile:
         raise BenchError(f"{source}: {where}: {msg}{more}") from None
     except TypeError as exc:
         raise BenchError(f"{source}: {exc}") from None
+    for wid, table in profile.workloads.items():
+        if table.dataset is not None:  # the source table checked now, with bench.workloads' messages
+            parse_source(table.dataset, f"{source}: workloads.{wid}.dataset")
+    return profile
 
 
 def _allowed_keys(loc: tuple) -> list[str]:
+    """The keys allowed where an unknown one was found: walk the models along the error's location, stepping
+    over list indices and dict keys (a workload's id)."""
     model: type[BaseModel] = Profile
+    container = False  # the previous step was a list or dict of models
     for part in loc[:-1]:
         field = model.model_fields.get(str(part))
-        ann = getattr(field, "annotation", None)
-        ann = next(
-            (a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)), ann
-        )
-        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+        if field is None:
+            if container:
+                continue
             break
-        model = ann
+        found = _model_in(field.annotation)
+        if found is None:
+            break
+        model, container = found, getattr(field.annotation, "__args__", None) is not None
     return sorted(k for k in model.model_fields if k != "source")
+
+
+def _model_in(ann) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation (itself, or inside list[...], dict[..., ...], X | None)."""
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for arg in getattr(ann, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None

@@ -112,6 +112,20 @@ RAW_SCHEMA = pa.schema(
         ("status", pa.string()),
         ("error", pa.string()),
         ("trial", pa.int64()),
+        # workloads (bench.loadgen.RequestRecord): absent from results written before them
+        ("workload", pa.string()),
+        ("category", pa.string()),
+        ("conversation", pa.string()),
+        ("turn", pa.int64()),
+        ("window", pa.string()),
+        ("due_s", pa.float64()),
+        ("arrival_time", pa.float64()),
+        ("start_time", pa.float64()),
+        ("finish_reason", pa.string()),
+        ("spec_steps", pa.int64()),
+        ("spec_draft_tokens", pa.int64()),
+        ("spec_accepted_tokens", pa.int64()),
+        ("spec_histogram", pa.list_(pa.int64())),
     ]
 )
 

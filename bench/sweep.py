@@ -191,6 +191,7 @@ def plan_manifest(plan: Plan, environment: dict) -> dict:
             {"point_id": p.id, "engine_id": p.engine.id, "config": p.to_dict(), "skip_reason": p.skip_reason}
             for p in plan.runnable + plan.skipped
         ],
+        "datasets": [d.provenance.model_dump(mode="json") for d in plan.datasets.values()],  # text workloads'
     }
 
 

@@ -72,7 +72,7 @@ def choose_point(plan: Plan, prefix: str | None, num_prompts: int | None) -> Poi
         raise BenchError(f"nothing to profile in {plan.profile.name} on this machine ({reasons})")
     point = plan.runnable[0]
     if num_prompts:
-        point = dataclasses.replace(point, num_prompts=max(num_prompts, point.shape.concurrency))
+        point = dataclasses.replace(point, num_prompts=max(num_prompts, point.concurrency or 1))
     return point
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from bench.profiling.nsys_analysis import summarize_ranges
+from bench.report.categories import category_table, has_workloads
 from bench.report.roofline import model_configs
 from bench.report.roofline_points import roofline
 from bench.report.tables import points_table, provenance
@@ -76,8 +77,22 @@ def enrich(points: pd.DataFrame, extras: pd.DataFrame | None = None) -> pd.DataF
     df["shape"] = [
         f"{r.concurrency}x{r.input_len}x{r.output_len}" if lens_vary else f"c{r.concurrency}" for r in df.itertuples()
     ]
+    if has_workloads(df):  # workloads other than the default: named by them (bench.report.categories)
+        named = df.workload.notna()
+        df.loc[named, "series"] = df.series[named] + " " + df.workload[named]
+        df["shape"] = [_load_shape(r, lens_vary) for r in df.itertuples()]
     df["label"] = [f"{a} {b}" for a, b in zip(df["series"], df["shape"])]
     return df
+
+
+def _load_shape(row, lens_vary: bool) -> str:
+    """A point's load in a sweep with workloads: a text point's arrival (`c4`, `r8-b1-c4`), a random point's
+    shape (with its arrival when paced)."""
+    if pd.isna(row.input_len):
+        return str(row.arrival)
+    c, i, o = (int(v) for v in (row.concurrency, row.input_len, row.output_len))
+    base = f"{c}x{i}x{o}" if lens_vary else f"c{c}"
+    return f"{base} {row.arrival}" if isinstance(row.workload, str) and isinstance(row.arrival, str) else base
 
 
 def series_label(row, varied: set[str]) -> str:
@@ -158,7 +173,7 @@ def heatmap_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (DCP size, draft backend, draft KV dtype) cell: the best output tok/s among the cell's ok
     points at the sweep's largest concurrency (`value`, NaN if none) and, when there is none, why (`note`:
     the failed / skipped reasons, or which concurrencies did run)."""
-    if not len(df):
+    if not len(df) or df.concurrency.isna().all():  # (text workloads paced without a cap have no concurrency)
         return pd.DataFrame(columns=HEATMAP_COLUMNS)
     top = int(df.concurrency.max())
     cells = df.groupby(["dcp_size", "draft_attention_backend", "draft_kv_cache_dtype"], sort=False, dropna=False)
@@ -344,6 +359,7 @@ class ReportData:
     roofline_inputs: pd.DataFrame
     roofline_notes: list[str]
     nvtx: list[tuple[Path, pd.DataFrame]] = field(default_factory=list)
+    categories: pd.DataFrame = field(default_factory=pd.DataFrame)  # acceptance per workload and category
 
 
 def collect(sweep_dir: Path, points: pd.DataFrame | None = None) -> ReportData:
@@ -369,4 +385,5 @@ def collect(sweep_dir: Path, points: pd.DataFrame | None = None) -> ReportData:
         roofline_inputs=inputs,
         roofline_notes=notes,
         nvtx=nvtx_summaries(sweep_dir),
+        categories=category_table(df),
     )

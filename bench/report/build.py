@@ -20,10 +20,8 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None) -> dict[str, Path
     prov = provenance(sweep_dir)
     paths = {"summary": out / "summary.md", "points_csv": out / "points.csv", "points_parquet": out / "points.parquet"}
     atomic_write_bytes(paths["summary"], summary_markdown(points, prov).encode())
-    flat = points.assign(
-        per_position_acceptance=points.per_position_acceptance.map(
-            lambda v: None if v is None else "/".join("-" if x is None else f"{x:.4f}" for x in v)
-        )
+    flat = points.drop(columns=["categories"], errors="ignore").assign(  # categories: categories.csv
+        per_position_acceptance=points.per_position_acceptance.map(_positions)
     )
     atomic_write_bytes(paths["points_csv"], flat.to_csv(index=False).encode())
     atomic_write_table(paths["points_parquet"], flat)
@@ -44,6 +42,14 @@ def build_html(sweep_dir: Path, out: Path, points=None) -> dict[str, Path]:
         if png is not None:
             paths[f"plot_{name}"] = out / "plots" / f"{name}.png"
             atomic_write_bytes(paths[f"plot_{name}"], png)
+    if len(data.categories):  # acceptance per workload and category
+        paths["categories_csv"] = out / "categories.csv"
+        table = data.categories.assign(per_position_acceptance=data.categories.per_position_acceptance.map(_positions))
+        atomic_write_table(paths["categories_csv"], table)
     paths["html"] = out / "report.html"
     atomic_write_bytes(paths["html"], render_html(data, images).encode())
     return paths
+
+
+def _positions(v) -> str | None:
+    return None if not isinstance(v, list) else "/".join("-" if x is None else f"{x:.4f}" for x in v)

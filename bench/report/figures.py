@@ -17,6 +17,7 @@ import pandas as pd
 
 from bench.profiling.plot import plot_range_breakdown
 from bench.report.analysis import LATENCY_METRICS, ReportData
+from bench.report.categories import plot_categories
 from bench.report.figure_style import (
     dcp_rows,
     new_figure,
@@ -319,4 +320,6 @@ def draw_all(data: ReportData) -> dict[str, bytes | None]:
     }
     for i, (_, summary) in enumerate(data.nvtx):
         out[f"nvtx{i}"] = plot_nvtx(summary)
+    if len(data.categories):  # sweeps with workloads only
+        out["categories"] = plot_categories(data.categories)
     return out

@@ -23,6 +23,7 @@ from markupsafe import Markup
 from bench.fmt import fmt, is_missing
 from bench.report import roofline as R
 from bench.report.analysis import LATENCY_METRICS, ReportData
+from bench.report.categories import html_columns
 
 DASH = "–"  # an unknown value in the page's tables
 Columns = Mapping[str, tuple[str, str | None]]  # column -> (header, format spec for bench.fmt.fmt)
@@ -307,6 +308,7 @@ def page_context(data: ReportData, images: Mapping[str, bytes | None]) -> dict:
         "roofline": table(data.roofline, ROOFLINE_COLUMNS, table_id="roofline"),
         "roofline_inputs": table(data.roofline_inputs, MODEL_INPUT_COLUMNS, table_id="roofline-inputs"),
         "problems": problem_table,
+        "categories": table(data.categories, html_columns(data.categories), table_id="categories"),
         "effective": table(
             eff,
             EFFECTIVE_COLUMNS,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.fmt import fmt
+from bench.report.categories import category_markdown, has_workloads
 
 
 def md_table(df: pd.DataFrame, columns: dict[str, tuple[str, int]]) -> str:
@@ -53,6 +54,19 @@ FAILED_COLUMNS = {
 }
 
 
+def _result_columns(points: pd.DataFrame) -> dict[str, tuple[str, int]]:
+    """The results table's columns; with workloads, each point's load (workload, sampling, arrival) after k."""
+    if not has_workloads(points):
+        return RESULT_COLUMNS
+    keys = list(RESULT_COLUMNS)
+    at = keys.index("num_speculative_tokens") + 1
+    return (
+        {k: RESULT_COLUMNS[k] for k in keys[:at]}
+        | {"load": ("workload", 0)}
+        | {k: RESULT_COLUMNS[k] for k in keys[at:]}
+    )
+
+
 def summary_markdown(points: pd.DataFrame, prov: dict) -> str:
     ok = points[points.status == "ok"]
     bad = points[points.status != "ok"].copy()
@@ -67,7 +81,8 @@ def summary_markdown(points: pd.DataFrame, prov: dict) -> str:
         "",
     ]
     if len(ok):
-        lines += ["## Results", "", md_table(ok, RESULT_COLUMNS), ""]
+        lines += ["## Results", "", md_table(ok, _result_columns(points)), ""]
+        lines += category_markdown(points, md_table)
         flagged = ok[ok.mismatch.notna()]
         if len(flagged):
             lines += ["**Effective configuration differs from the asked one:**", ""]

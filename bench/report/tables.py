@@ -44,6 +44,10 @@ POINT_COLUMNS = [
     "cudagraph_mode",
     "mismatch",
     "detail",
+    "workload",  # None for the default workload (random ids at fixed concurrency); else `<id> <sampling>`
+    "load",  # the point's load label (the batch shape, or workload, sampling and arrival)
+    "arrival",
+    "categories",  # bench.metrics.category_metrics rows (bench.report.categories)
 ]
 
 
@@ -54,6 +58,9 @@ def point_row(p: dict) -> dict:
     def pct(metric, q):
         return (m.get(metric) or {}).get(q)
 
+    shape, workload = cfg.get("shape") or {}, cfg.get("workload") or {}  # a text point has no shape
+    arrival = workload.get("arrival") or {}
+
     return {
         "point_id": p["point_id"],
         "engine_id": p["engine_id"],
@@ -63,9 +70,9 @@ def point_row(p: dict) -> dict:
         "draft_kv_cache_dtype": eng["draft_kv_cache_dtype"],
         "dcp_size": eng["dcp_size"],
         "num_speculative_tokens": eng["num_speculative_tokens"],
-        "concurrency": cfg["shape"]["concurrency"],
-        "input_len": cfg["shape"]["input_len"],
-        "output_len": cfg["shape"]["output_len"],
+        "concurrency": shape.get("concurrency", arrival.get("max_concurrency")),
+        "input_len": shape.get("input_len"),
+        "output_len": shape.get("output_len", (workload.get("sampling") or {}).get("max_tokens")),
         "acceptance_mode": eng["acceptance"]["mode"],
         "output_throughput": m.get("output_throughput"),
         "per_user_output_throughput": m.get("per_user_output_throughput"),
@@ -90,6 +97,18 @@ def point_row(p: dict) -> dict:
         "cudagraph_mode": e.get("cudagraph_mode"),
         "mismatch": "; ".join(p.get("mismatch") or []) or None,
         "detail": p.get("detail"),
+        **_workload_columns(p),
+    }
+
+
+def _workload_columns(p: dict) -> dict:
+    w = p.get("workload") or {}
+    default = not p["config"].get("workload")
+    return {
+        "workload": None if default else f"{w.get('id')} {w.get('sampling_label') or ''}".strip(),
+        "load": (p.get("label") or {}).get("shape"),
+        "arrival": (w.get("arrival") or {}).get("label"),
+        "categories": p.get("categories"),
     }
 
 
