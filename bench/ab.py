@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.errors import BenchError
+from bench.errors import BenchError, ExitCode
 from bench.stats import CPU_AA_BETWEEN_CV, plan_design
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,7 +86,7 @@ def run_ab(
                     env.draft_keys,
                 ],
             )
-            if rc not in (0, 3):
+            if rc not in (ExitCode.OK, ExitCode.POINTS_FAILED):  # failed points are data; compare gates them
                 raise BenchError(f"{side} round {r} failed (exit {rc})")
     from bench.compare import compare_dirs, compare_markdown, regressions
     from bench.store import atomic_write_bytes
@@ -95,4 +95,4 @@ def run_ab(
     text = compare_markdown(result)
     atomic_write_bytes(out / "compare.md", text.encode())
     print(text)
-    return 4 if len(regressions(result)) else 0
+    return ExitCode.GATE_FAILED if len(regressions(result)) else ExitCode.OK

@@ -291,7 +291,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if job.nsys is None:
         print(NO_NSYS, file=sys.stderr)
     outcome = run_profile(job)
-    print(f"report: {outcome.report_html}")
+    print(f"report: {outcome.report_html or 'not built (see the log above); rebuild with bench report'}")
     for item in outcome.captures:
         print(json.dumps(item, indent=2, default=str))
     if outcome.point_error is not None:

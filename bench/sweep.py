@@ -95,7 +95,7 @@ def sweep(request: SweepRequest) -> SweepOutcome:
     counts = {status: statuses.count(status) for status in ("ok", "failed", "skipped")}
     measured = {p["engine_id"] for p in records if p["status"] == "ok"}
     problem = capture_problem(capture.outputs, measured) if capture else None
-    return SweepOutcome(store.root, _build_report(store.root), counts, problem)
+    return SweepOutcome(store.root, build_report_safely(store.root), counts, problem)
 
 
 def _plan(request: SweepRequest, dry_run: bool) -> Plan:
@@ -104,7 +104,7 @@ def _plan(request: SweepRequest, dry_run: bool) -> Plan:
     )
 
 
-def _build_report(root: Path) -> Path | None:
+def build_report_safely(root: Path) -> Path | None:
     from bench.report.build import build_report
 
     try:  # the results are stored whatever happens here; `bench report DIR` can rebuild the report

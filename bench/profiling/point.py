@@ -39,7 +39,7 @@ class ProfileJob:
 @dataclass(frozen=True)
 class ProfileOutcome:
     root: Path  # the one-point sweep's results directory
-    report_html: Path
+    report_html: Path | None  # None: the report failed to build (logged); `bench report DIR` can retry
     captures: list[dict]  # what each capture produced, up to the first one that failed
     capture_error: str | None  # the first failed or empty capture (None: every capture worked)
     point_error: str | None = None  # why the point failed (None: it finished ok)
@@ -79,12 +79,12 @@ def choose_point(plan: Plan, prefix: str | None, num_prompts: int | None) -> Poi
 def run_profile(job: ProfileJob) -> ProfileOutcome:
     """Run the job's point with a capture attached, build its report, and check what each capture produced."""
     from bench.profiling.session import Capture, capture_problem
-    from bench.report.build import build_report
-    from bench.sweep import SweepOptions, run_sweep
+    from bench.sweep import SweepOptions, build_report_safely, run_sweep
 
     capture = Capture(job.out / "profile", job.nsys)
     store = run_sweep(job.plan, job.out, SweepOptions(quiet=job.quiet, capture=capture))
-    report_html = build_report(store.root)["summary"].parent / "report.html"
+    summary = build_report_safely(store.root)  # a report that fails to build must not hide the exit code
+    report_html = summary.parent / "report.html" if summary else None
     record = store.points().get(job.point.id) or {"status": "missing", "reason": "no record", "detail": ""}
     detail = f": {record['detail']}" if record.get("detail") else ""
     point_error = None if record["status"] == "ok" else f"{record['status']} ({record['reason']}{detail})"

@@ -178,7 +178,7 @@ def test_sweep_outcome_carries_the_capture_problem_of_measured_engines(profiled,
     """sweep() with --profile-points: an empty capture of a server whose point finished ok is the problem."""
     _, job = profiled
     monkeypatch.setattr(sweep_module, "_plan", lambda request, dry_run: job.plan)
-    monkeypatch.setattr(sweep_module, "_build_report", lambda root: None)
+    monkeypatch.setattr(sweep_module, "build_report_safely", lambda root: None)
     request = sweep_module.SweepRequest(profile=None, out=job.out, profile_points=True, quiet=True)
     monkeypatch.setattr("bench.profiling.session.find_nsys", lambda explicit=None: None)
     outcome = sweep_module.sweep(request)
