@@ -142,3 +142,18 @@ def test_shipped_cpu_workload_profile_plans_text_and_paced_points():
     labels = [p.label for p in plan.runnable]
     assert any(lbl.startswith("mt-bench ") for lbl in labels) and any(lbl.startswith("notes t1") for lbl in labels)
     assert any(" r8-b1-" in lbl for lbl in labels) and not plan.skipped
+
+
+def test_a_sweep_with_a_bad_dataset_is_one_error_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    from bench import cli
+
+    monkeypatch.setenv("BENCH_DATASETS_CACHE", str(tmp_path / "cache"))
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": "fine"}\n{"category": "x"}\n')
+    profile = tmp_path / "bad.toml"
+    profile.write_text(f'name = "bad"\n[workloads.rows]\ndataset = {{ kind = "jsonl", path = "{rows.name}" }}\n')
+    out = tmp_path / "out"
+    assert cli.main(["sweep", str(profile), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and f"{rows}:2" in err and err.count("\n") == 1
+    assert not out.exists() and not (tmp_path / "cache").exists()
