@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ from bench.store import atomic_write_bytes
 log = logging.getLogger(__name__)
 GUARD = Path(__file__).with_name("guard.py")
 GUARD_GRACE_S = 10
+SOCKET_DIR_MAX = 64  # longest VLLM_RPC_BASE_PATH whose sockets fit AF_UNIX's 107 bytes (see short_socket_dir)
 SERVER_MARK = "BENCH_SERVER_LOG"  # in every server process's environment: which log (and results dir) it is for
 
 # Failure signatures, most specific first: (reason, regex over the server log).
@@ -149,6 +151,7 @@ def server_env(run_dir: Path, extra: dict[str, str] | None = None, cache_dir: Pa
     }
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
+    dirs["VLLM_RPC_BASE_PATH"] = short_socket_dir(dirs["VLLM_RPC_BASE_PATH"])
     env = {
         **os.environ,
         **{k: str(v) for k, v in dirs.items()},
@@ -160,6 +163,20 @@ def server_env(run_dir: Path, extra: dict[str, str] | None = None, cache_dir: Pa
     }
     env.update(extra or {})
     return env
+
+
+def short_socket_dir(folder: Path) -> Path:
+    """`folder`, or a short link to it when vLLM's IPC socket paths under it would not fit: an AF_UNIX path holds
+    107 bytes and vLLM appends "/<uuid4>" (37) to VLLM_RPC_BASE_PATH, so a deep results directory made every point
+    fail as a plain crash. The link (/tmp/bench-rpc-<hash of the folder>) keeps the sockets in the run's folder."""
+    folder = Path(folder).resolve()
+    if len(str(folder)) <= SOCKET_DIR_MAX:
+        return folder
+    link = Path("/tmp") / f"bench-rpc-{hashlib.sha256(str(folder).encode()).hexdigest()[:16]}"
+    if not (link.is_symlink() and link.resolve() == folder):
+        link.unlink(missing_ok=True)
+        link.symlink_to(folder, target_is_directory=True)
+    return link
 
 
 class Server:

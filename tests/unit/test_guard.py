@@ -3,11 +3,14 @@ resumed run stops groups that outlived their guard. The server here is a stand-i
 with a child): the real vLLM path is tests/integration/test_sweep_cpu.py's driver-kill test."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +111,27 @@ def test_resume_stops_groups_that_outlived_their_guard(tmp_path):
     finally:
         orphan.kill()
         stranger.kill()
+
+
+def test_a_deep_results_directory_still_gets_socket_paths_that_fit(tmp_path):
+    """AF_UNIX paths hold 107 bytes and vLLM appends '/<uuid4>' to VLLM_RPC_BASE_PATH; a deep --out made every
+    point crash. The env points at a short link into the run's own folder instead."""
+    import socket
+    import uuid
+
+    from bench.server import server_env
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    env = server_env(deep)
+    base = Path(env["VLLM_RPC_BASE_PATH"])
+    assert len(str(base)) + 37 < 107 and base.resolve() == (deep / "rpc").resolve()
+    path = f"{base}/{uuid.uuid4()}"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(path)  # fails with "AF_UNIX path too long" on the deep path itself
+    assert list((deep / "rpc").iterdir())  # the socket lives in the run's folder
+    assert server_env(deep)["VLLM_RPC_BASE_PATH"] == str(base)  # idempotent
+    short = Path(tempfile.mkdtemp(prefix="b", dir="/tmp"))
+    try:
+        assert server_env(short)["VLLM_RPC_BASE_PATH"] == str((short / "rpc").resolve())  # short enough: as is
+    finally:
+        shutil.rmtree(short)
