@@ -7,7 +7,9 @@ experts, the DeepSeek-V3 fused-A and router GEMMs, the MLA decode kernel on 64/N
 Every full-model value below is a fact of the public Kimi K2.x configs; docs/kimi-rank.md cites each one.
 
 A profile names it as `kimi-rank` or `kimi-rank:tp=8,layers=61,experts=int4`; `estimate()` gives the memory one
-rank needs before any GPU time is spent, and `fit_problem()` says why a GPU cannot hold it.
+rank needs before any GPU time is spent, and `fit_problem()` says why a GPU cannot hold it. `dcp=N` (set by the plan
+for a `dcp_emulated` axis value, bench/dcp_emulation.py) gives the attention layers the 64/TP x N query heads a
+DCP-N rank's MLA decode kernel sees after vLLM's all-gather; everything else stays the rank's.
 
 Over 400 lines on purpose: the configs, the memory estimate and the step-bytes model share one per-rank arithmetic
 that the tests check together; split, a change to one shape could miss the other two.
@@ -61,11 +63,12 @@ GIB = 1024**3
 
 @dataclass(frozen=True)
 class RankSpec:
-    """Which rank: tensor-parallel degree, depth, routed-expert format."""
+    """Which rank: tensor-parallel degree, depth, routed-expert format, and the DCP size it emulates (1: none)."""
 
     tp: int = 8
     layers: int = LAYERS
     experts: str = "int4"
+    dcp: int = 1
 
     def __post_init__(self):
         for what, full in (
@@ -80,14 +83,24 @@ class RankSpec:
             raise BenchError(f"{NAME}: layers={self.layers}: 4..{LAYERS} (3 distinct aux layers need 4)")
         if self.experts not in EXPERT_FORMATS:
             raise BenchError(f"{NAME}: experts={self.experts!r}: one of {', '.join(EXPERT_FORMATS)}")
+        if self.dcp < 1 or self.tp % self.dcp:  # vLLM's ParallelConfig: tp_size must be divisible by dcp_size
+            raise BenchError(f"{NAME}: dcp={self.dcp} must divide tp={self.tp} (a DCP group lies inside the TP group)")
 
     @property
     def name(self) -> str:
-        return f"{NAME}:tp={self.tp},layers={self.layers},experts={self.experts}"
+        dcp = f",dcp={self.dcp}" if self.dcp > 1 else ""
+        return f"{NAME}:tp={self.tp},layers={self.layers},experts={self.experts}{dcp}"
 
     @property
     def heads(self) -> int:
+        """Query heads one TP rank projects (q_b, kv_b, o_proj are this wide on a real rank)."""
         return HEADS // self.tp
+
+    @property
+    def attention_heads(self) -> int:
+        """num_attention_heads of the generated configs: the rank's heads, x dcp when emulating a DCP rank (the
+        heads its decode kernel sees; the projections then grow with them, bench/dcp_emulation.py)."""
+        return self.heads * self.dcp
 
     @property
     def intermediate(self) -> int:
@@ -107,15 +120,15 @@ def is_kimi_rank(model: str) -> bool:
 
 
 def parse_spec(text: str) -> RankSpec:
-    """`kimi-rank` (TP8, 61 layers, int4) or `kimi-rank:tp=4,layers=8,experts=bf16` (any subset of keys)."""
+    """`kimi-rank` (TP8, 61 layers, int4) or `kimi-rank:tp=4,layers=8,experts=bf16,dcp=2` (any subset of keys)."""
     if not is_kimi_rank(text):
         raise BenchError(f"{text!r} is not a {NAME} model name")
     fields: dict[str, object] = {}
     for item in filter(None, text[len(NAME) + 1 :].split(",")):
         key, _, value = item.partition("=")
         key = key.strip()
-        if key not in ("tp", "layers", "experts") or not value.strip():
-            raise BenchError(f"{text!r}: options are tp=N, layers=N, experts={'|'.join(EXPERT_FORMATS)}")
+        if key not in ("tp", "layers", "experts", "dcp") or not value.strip():
+            raise BenchError(f"{text!r}: options are tp=N, layers=N, experts={'|'.join(EXPERT_FORMATS)}, dcp=N")
         fields[key] = value.strip() if key == "experts" else _int(text, key, value)
     return RankSpec(**fields)  # type: ignore[arg-type]
 
@@ -165,8 +178,8 @@ _QUANT_DEFAULTS = {"actorder": None, "block_structure": None, "dynamic": False, 
 def _common(spec: RankSpec) -> dict:
     return {
         "hidden_size": HIDDEN,
-        "num_attention_heads": spec.heads,
-        "num_key_value_heads": spec.heads,
+        "num_attention_heads": spec.attention_heads,
+        "num_key_value_heads": spec.attention_heads,
         "q_lora_rank": Q_LORA_RANK,
         **MLA_DIMS,
         "intermediate_size": spec.intermediate,
@@ -286,7 +299,7 @@ def estimate(spec: RankSpec) -> MemoryEstimate:
     expert_mlp = 3 * HIDDEN * spec.moe_intermediate
     comps = {
         "target embed_tokens": spec.vocab * HIDDEN * bf16,
-        "target attention (MLA)": spec.layers * mla_params(spec.heads, HIDDEN) * bf16,
+        "target attention (MLA)": spec.layers * mla_params(spec.attention_heads, HIDDEN) * bf16,
         "target norms": (spec.layers * 2 + 1) * HIDDEN * bf16,
         "target dense MLP": FIRST_K_DENSE * 3 * HIDDEN * spec.intermediate * bf16,
         "target router": moe_layers * (N_ROUTED_EXPERTS * HIDDEN * bf16 + N_ROUTED_EXPERTS * 4),
@@ -297,7 +310,10 @@ def estimate(spec: RankSpec) -> MemoryEstimate:
         # embed_tokens and lm_head are the target's (same vocab): measured on the H200, target + draft load took
         # 71.57 GiB against 71.10 GiB without the draft, this line's 0.49 GB (docs/kimi-rank.md).
         "draft fc + layer + norms": (
-            3 * HIDDEN * HIDDEN + mla_params(spec.heads, 2 * HIDDEN) + 3 * HIDDEN * spec.intermediate + 4 * HIDDEN
+            3 * HIDDEN * HIDDEN
+            + mla_params(spec.attention_heads, 2 * HIDDEN)
+            + 3 * HIDDEN * spec.intermediate
+            + 4 * HIDDEN
         )
         * bf16,
     }
@@ -310,15 +326,29 @@ def estimate(spec: RankSpec) -> MemoryEstimate:
     )
 
 
-def decode_step_bytes(spec: RankSpec, *, concurrency: int, context: float, k: int, target_kv: str, draft_kv: str):
+def decode_step_bytes(
+    spec: RankSpec,
+    *,
+    concurrency: int,
+    context: float,
+    k: int,
+    target_kv: str,
+    draft_kv: str | None,
+    routing: str = "uniform",
+) -> dict[str, float]:
     """HBM bytes one decode step reads on the rank (a roofline model, not a measurement): the target's weights
     once (routed experts: the expected distinct experts that concurrency x (k+1) uniformly routed tokens touch,
-    per MoE layer; the embedding is a row lookup and not counted), k draft passes (layer + the shared lm_head;
-    fc once), and the KV cache of every sequence at `context` tokens for the target and for each draft pass."""
+    per MoE layer, or with routing="top_k" only the top-k of one token, the lower bound; the embedding is a row
+    lookup and not counted), k draft passes (layer + the shared lm_head; fc once), and the KV cache of every
+    sequence at `context` tokens for the target and for each draft pass."""
     est, bf16 = estimate(spec), 2.0
     c = est.components
     tokens = concurrency * (k + 1)
     touched = N_ROUTED_EXPERTS * (1.0 - (1.0 - TOP_K / N_ROUTED_EXPERTS) ** tokens)
+    if routing == "top_k":
+        touched = float(TOP_K)
+    elif routing != "uniform":
+        raise ValueError(f"routing {routing!r}: uniform or top_k")
     experts = (spec.layers - FIRST_K_DENSE) * routed_expert_bytes(spec) / N_ROUTED_EXPERTS * touched
     target_w = sum(v for n, v in c.items() if n.startswith("target") and "routed" not in n and "embed" not in n)
     draft_pass = c["draft fc + layer + norms"] - 3 * HIDDEN * HIDDEN * bf16 + c["target lm_head"]
@@ -333,6 +363,23 @@ def decode_step_bytes(spec: RankSpec, *, concurrency: int, context: float, k: in
         "draft KV": draft_kv_bytes,
     }
     return {**parts, "experts touched per layer": touched, "total": sum(parts.values())}
+
+
+def spec_from_config(target: dict | None) -> RankSpec | None:
+    """The rank whose generated target config is exactly `target` (a stored config.json), else None: how the
+    report knows, from the results alone, that a target was this generator's and which shapes it had."""
+    if not target or target.get("n_routed_experts") != N_ROUTED_EXPERTS:
+        return None
+    try:
+        tp = MOE_INTERMEDIATE // int(target["moe_intermediate_size"])
+        dcp = int(target["num_attention_heads"]) * tp // HEADS
+        quant = target.get("quantization_config") or {}
+        bits = quant.get("config_groups", {}).get("group_0", {}).get("weights", {}).get("num_bits")
+        experts = {4: "int4", 8: "fp8", None: "bf16"}[bits]
+        spec = RankSpec(tp, int(target["num_hidden_layers"]), experts, dcp)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, BenchError):
+        return None
+    return spec if json.loads(json.dumps(target_config(spec))) == target else None
 
 
 # Activations, CUDA graphs, sampler and allocator slack outside weights and KV: what vLLM needs on top of the
@@ -396,7 +443,8 @@ def cache_folder(root: Path, spec: RankSpec) -> Path:
 
     key = [target_config(spec), draft_config(spec), {"tokenizer": getattr(models, "TOKENIZER_VERSION", 1)}]
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode())
-    return Path(root) / f"{NAME}-tp{spec.tp}-l{spec.layers}-{spec.experts}-{digest.hexdigest()[:8]}"
+    dcp = f"-dcp{spec.dcp}" if spec.dcp > 1 else ""
+    return Path(root) / f"{NAME}-tp{spec.tp}-l{spec.layers}-{spec.experts}{dcp}-{digest.hexdigest()[:8]}"
 
 
 H200_MEMORY_BYTES = 143771 * 1024**2  # nvidia-smi's memory.total of an H200: the GPU this model is sized for

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from bench.dcp_emulation import DcpEmulation, dcp_emulated, emulate, emulated_target
 from bench.errors import BenchError
 from bench.hardware import Machine, detect_machine, planned_machine
 from bench.kimi_rank import engine_fit_problem, is_kimi_rank
@@ -98,13 +99,17 @@ class EngineConfig:
                 spec["synthetic_acceptance_length"] = acc["mean_length"]
         return spec
 
+    @property
+    def dcp_emulated(self) -> int:
+        """The DCP size this engine emulates on one GPU (1: none; bench.dcp_emulation)."""
+        return dcp_emulated(self.target)
+
     def label(self) -> str:
+        emulated = self.dcp_emulated
+        dcp = f"dcp{emulated}-emulated" if emulated > 1 else f"dcp{self.dcp_size}"
         if self.num_speculative_tokens == 0:
-            return f"no-spec dcp{self.dcp_size} k0"
-        return (
-            f"{self.draft_attention_backend}/{self.draft_kv_cache_dtype} dcp{self.dcp_size} "
-            f"k{self.num_speculative_tokens}"
-        )
+            return f"no-spec {dcp} k0"
+        return f"{self.draft_attention_backend}/{self.draft_kv_cache_dtype} {dcp} k{self.num_speculative_tokens}"
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,7 @@ class Point:
     seed: int
     skip_reason: str | None = None
     workload: Workload = field(default_factory=Workload)
+    emulation: DcpEmulation | None = None  # one DCP rank emulated on one GPU: `shape` is the rank's share
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {"engine": self.engine.to_dict()}
@@ -128,6 +134,8 @@ class Point:
         workload = self.workload.to_dict()
         if workload is not None:  # the default (random at fixed concurrency) keeps the ids of before workloads
             out["workload"] = workload
+        if self.emulation is not None:
+            out["emulation"] = self.emulation.to_dict()
         return out
 
     @property
@@ -136,8 +144,10 @@ class Point:
 
     @property
     def label(self) -> str:
-        """The load part of the point's name: the batch shape, or `<workload> <sampling> <arrival>`."""
-        return self.workload.label(self.shape.label if self.shape else None)
+        """The load part of the point's name: the batch shape, or `<workload> <sampling> <arrival>`; an emulated
+        DCP rank's says which full shape it stands for."""
+        label = self.workload.label(self.shape.label if self.shape else None)
+        return f"{label} [{self.emulation.label}]" if self.emulation else label
 
     @property
     def concurrency(self) -> int | None:
@@ -245,13 +255,13 @@ def make_plan(profile: Profile, machine: Machine) -> Plan:
     plan = Plan(profile, machine)
     acceptance = tuple(sorted(profile.acceptance.model_dump().items()))
     engines: list[EngineConfig] = []
-    for backend, kv, dcp, k in itertools.product(
-        ax.draft_attention_backend, ax.draft_kv_cache_dtype, ax.dcp_size, ax.num_speculative_tokens
+    for backend, kv, dcp, k, emulated in itertools.product(
+        ax.draft_attention_backend, ax.draft_kv_cache_dtype, ax.dcp_size, ax.num_speculative_tokens, ax.dcp_emulated
     ):
         if k == 0:  # no draft: one baseline per DCP size, whatever the draft axes hold
             backend, kv = NO_DRAFT, NO_DRAFT
         engine = EngineConfig(
-            target=profile.model.target,
+            target=emulated_target(profile.model.target, emulated),  # an emulated DCP rank: its own model
             draft=profile.model.draft,
             weights=profile.model.weights,
             server=tuple(sorted(profile.server.items())),
@@ -268,11 +278,12 @@ def make_plan(profile: Profile, machine: Machine) -> Plan:
     loads, seed = workload_runs(profile), profile.run.seed
     for engine in engines:
         reason = constraint(engine, machine)
-        points = [Point(engine, r.shape, r.num_prompts, r.warmup_prompts, seed, reason, r.workload) for r in loads]
-        if reason:
-            plan.skipped.extend(points)
-        else:
-            plan.groups.append((engine, points))
+        points = [
+            emulate(Point(engine, r.shape, r.num_prompts, r.warmup_prompts, seed, reason, r.workload)) for r in loads
+        ]
+        plan.skipped.extend(p for p in points if p.skip_reason)
+        if runnable := [p for p in points if not p.skip_reason]:
+            plan.groups.append((engine, runnable))
     return plan
 
 

@@ -97,13 +97,22 @@ class Axes(Strict):
     dcp_size: list[int] = [1]
     num_speculative_tokens: list[int] = [3]
     shapes: list[Shape] = [Shape(concurrency=1, input_len=128, output_len=128)]
+    # N > 1: one rank of DCP-N emulated on one GPU (bench/dcp_emulation.py); 1 = a plain rank
+    dcp_emulated: list[int] = [1]
 
     @field_validator("shapes", mode="before")
     @classmethod
     def _parse_shapes(cls, v):
         return parse_shapes(v)
 
-    @field_validator("draft_attention_backend", "draft_kv_cache_dtype", "dcp_size", "num_speculative_tokens", "shapes")
+    @field_validator(
+        "draft_attention_backend",
+        "draft_kv_cache_dtype",
+        "dcp_size",
+        "num_speculative_tokens",
+        "shapes",
+        "dcp_emulated",
+    )
     @classmethod
     def _non_empty_unique(cls, v):
         if not v:
@@ -112,7 +121,7 @@ class Axes(Strict):
             raise ValueError("axis values must be distinct")
         return v
 
-    @field_validator("dcp_size")
+    @field_validator("dcp_size", "dcp_emulated")
     @classmethod
     def _positive(cls, v):
         if any(x < 1 for x in v):
@@ -253,6 +262,22 @@ class Profile(Strict):
     def workload_tables(self) -> dict[str, WorkloadTable]:
         """The workloads to run: the profile's, else today's random token ids at axes.shapes."""
         return dict(self.workloads) or {RANDOM: WorkloadTable()}
+
+    @model_validator(mode="after")
+    def _dcp_emulation(self):
+        """An emulated DCP size needs a generated kimi-rank target (its heads are set per config), a size that
+        divides its TP degree, and no real DCP next to it."""
+        emulated = [n for n in self.axes.dcp_emulated if n > 1]
+        if not emulated:
+            return self
+        if not is_kimi_rank(self.model.target):
+            raise ValueError("axes.dcp_emulated > 1 needs a kimi-rank target (bench/dcp_emulation.py)")
+        if self.axes.dcp_size != [1]:
+            raise ValueError("axes.dcp_emulated > 1 emulates DCP on one GPU: keep axes.dcp_size = [1]")
+        tp = parse_spec(self.model.target).tp
+        if any(tp % n for n in emulated):
+            raise ValueError(f"axes.dcp_emulated values must divide the target's tp ({tp})")
+        return self
 
     @field_validator("server")
     @classmethod

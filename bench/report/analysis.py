@@ -15,7 +15,9 @@ import pandas as pd
 from bench.profiling.nsys_analysis import summarize_ranges
 from bench.report.categories import category_table, has_workloads
 from bench.report.roofline import model_configs
+from bench.report.roofline_check import step_facts
 from bench.report.roofline_points import roofline
+from bench.report.speedup import with_speedups
 from bench.report.tables import points_table, provenance
 from bench.server import classify_log
 from bench.store import SweepStore
@@ -96,12 +98,22 @@ def _load_shape(row, lens_vary: bool) -> str:
 
 
 def series_label(row, varied: set[str]) -> str:
-    parts = [f"{row.draft_attention_backend}/{row.draft_kv_cache_dtype}"]
-    if "dcp_size" in varied or (row.dcp_size or 1) != 1:
+    no_spec = row.num_speculative_tokens == 0  # the baseline: no draft backend or KV to name
+    parts = ["no-spec" if no_spec else f"{row.draft_attention_backend}/{row.draft_kv_cache_dtype}"]
+    emulated = getattr(row, "dcp_emulated", None)
+    if isinstance(emulated, (int, float)) and emulated == emulated:  # one DCP rank emulated on one GPU
+        parts.append(f"dcp{int(emulated)}-emulated")
+    elif "dcp_size" in varied or (row.dcp_size or 1) != 1:
         parts.append(f"dcp{row.dcp_size}")
     if "num_speculative_tokens" in varied:
         parts.append(f"k{row.num_speculative_tokens}")
     return " ".join(parts)
+
+
+def plain_points(df: pd.DataFrame) -> pd.DataFrame:
+    """The points that are not an emulated DCP rank (bench.dcp_emulation): one rank at 1/N of the context is not
+    comparable cell by cell with the plain ranks (the heatmap leaves them out and says so)."""
+    return df[df.dcp_emulated.isna()] if "dcp_emulated" in df else df
 
 
 def ok_points(df: pd.DataFrame) -> pd.DataFrame:
@@ -367,7 +379,8 @@ def collect(sweep_dir: Path, points: pd.DataFrame | None = None) -> ReportData:
     sweep_dir = Path(sweep_dir)
     manifest = SweepStore(sweep_dir).manifest()
     df = enrich(points_table(sweep_dir) if points is None else points, point_extras(sweep_dir))
-    roof, inputs, notes = roofline(df, manifest, model_configs(sweep_dir))
+    df = with_speedups(df)  # over the k = 0 baseline, when the sweep has one
+    roof, inputs, notes = roofline(df, manifest, model_configs(sweep_dir), step_facts(sweep_dir))
     return ReportData(
         sweep_dir=sweep_dir,
         manifest=manifest,
@@ -378,7 +391,7 @@ def collect(sweep_dir: Path, points: pd.DataFrame | None = None) -> ReportData:
         latency=latency_table(df),
         pareto=pareto_table(df),
         acceptance=acceptance_table(df),
-        heatmap=heatmap_table(df),
+        heatmap=heatmap_table(plain_points(df)),
         problems=problems_table(df, sweep_dir),
         effective=effective_table(SweepStore(sweep_dir).points()),
         roofline=roof,

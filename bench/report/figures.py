@@ -268,7 +268,8 @@ def _heatmap_panel(ax, cells: pd.DataFrame, backends: list[str], kvs: list[str],
 
 def plot_roofline(roof: pd.DataFrame) -> bytes | None:
     """Per point, log scale: the bandwidth-bound max decode tok/s (top-k experts; uniform routing) and the
-    achieved output tok/s, with the achieved fraction of the top-k bound written next to it."""
+    achieved output tok/s, with the achieved fraction of the top-k bound written next to it and, where the step
+    was measured, the share of peak HBM bandwidth its modelled bytes took (bench.report.roofline_check)."""
     if not len(roof):
         return None
     n = len(roof)
@@ -283,9 +284,11 @@ def plot_roofline(roof: pd.DataFrame) -> bytes | None:
         (-h, ach.fillna(0), "#4c72b0", "achieved output tok/s"),
     ):
         ax.barh(y + dy, values, height=h, color=color, label=label)
-    for yi, a, f in zip(y, ach, roof.fraction_of_max):
+    step_bw = pd.to_numeric(roof.get("achieved_fraction", pd.Series(np.nan, index=roof.index)), errors="coerce")
+    for yi, a, f, bw in zip(y, ach, roof.fraction_of_max, step_bw):
         if a == a and f is not None and f == f:
-            ax.text(a, yi - h, f"  {f:.2%} of max (top-k)", va="center", fontsize=8)
+            step = f"; decode step at {bw:.0%} of peak HBM" if bw == bw else ""
+            ax.text(a, yi - h, f"  {f:.2%} of max (top-k){step}", va="center", fontsize=8)
     ax.set_xscale("log")
     ax.set_yticks(y, roof.label)
     ax.set_ylim(-0.7, n - 0.3)

@@ -24,6 +24,7 @@ from bench.fmt import fmt, is_missing
 from bench.report import roofline as R
 from bench.report.analysis import LATENCY_METRICS, ReportData
 from bench.report.categories import html_columns
+from bench.report.speedup import page_notes
 
 DASH = "–"  # an unknown value in the page's tables
 Columns = Mapping[str, tuple[str, str | None]]  # column -> (header, format spec for bench.fmt.fmt)
@@ -112,6 +113,22 @@ ROOFLINE_COLUMNS: Columns = {
     "uniform_experts_read": ("experts/MoE layer (uniform)", ".2f"),
     "max_output_tok_s_uniform": ("max tok/s (uniform)", ",.0f"),
     "fraction_of_max_uniform": ("achieved / max (uniform)", ".3%"),
+}
+SPEEDUP_COLUMNS: Columns = {
+    "speedup_output": ("speedup tok/s (× k=0)", ".2f"),
+    "speedup_tpot": ("speedup TPOT (× k=0)", ".2f"),
+}
+CHECK_COLUMNS: Columns = {
+    "label": ("point", None),
+    "bytes_per_step_uniform": ("model bytes/step (uniform routing)", "bytes"),
+    "model_step_ms": ("model step ms at peak", ".2f"),
+    "tpot_mean_ms": ("TPOT mean ms", ".2f"),
+    "mean_acceptance_length": ("tokens/step/request", ".2f"),
+    "step_ms": ("measured step ms", ".2f"),
+    "achieved_tb_s": ("achieved TB/s", ".2f"),
+    "achieved_fraction": ("of peak", ".0%"),
+    "prefill_overlap": ("decode time with prefill", ".0%"),
+    "note": ("model vs measurement", None),
 }
 MODEL_INPUT_COLUMNS: Columns = {"quantity": ("quantity", None), "value": ("value", None), "source": ("source", None)}
 NVTX_COLUMNS: Columns = {
@@ -202,10 +219,11 @@ def point_tables(data: ReportData) -> dict[str, dict]:
         "mean_acceptance_length": ("mean acceptance length", ".4f"),
         **positions,
     }
+    speedup = SPEEDUP_COLUMNS if "speedup_output" in data.points else {}
     return {
         "results": table(
             data.points[data.points.status == "ok"],
-            axes_columns(data, RESULT_COLUMNS),
+            axes_columns(data, {**RESULT_COLUMNS, **speedup}),
             row_class=lambda r: "best" if r["label"] == best else None,
             table_id="results",
         ),
@@ -306,6 +324,11 @@ def page_context(data: ReportData, images: Mapping[str, bytes | None]) -> dict:
         **point_tables(data),
         "roofline_points": table(data.roofline, ROOFLINE_INPUT_COLUMNS, table_id="roofline-points"),
         "roofline": table(data.roofline, ROOFLINE_COLUMNS, table_id="roofline"),
+        "roofline_check": table(
+            data.roofline.assign(achieved_tb_s=pd.to_numeric(data.roofline.achieved_bytes_s, errors="coerce") / 1e12),
+            CHECK_COLUMNS,
+            table_id="roofline-check",
+        ),
         "roofline_inputs": table(data.roofline_inputs, MODEL_INPUT_COLUMNS, table_id="roofline-inputs"),
         "problems": problem_table,
         "categories": table(data.categories, html_columns(data.categories), table_id="categories"),
@@ -332,6 +355,7 @@ def page_context(data: ReportData, images: Mapping[str, bytes | None]) -> dict:
         "images": {name: base64.b64encode(png).decode() for name, png in images.items() if png is not None},
         "tables": tables,
         "roofline_notes": data.roofline_notes,
+        **page_notes(data.points),
         "has_roofline": bool(len(data.roofline)),
         "gpu_bandwidth": [(name, fmt(bw / 1e12, "g"), part) for name, bw, part in R.GPU_BANDWIDTH],
         "nvtx": nvtx_tables(data),

@@ -6,6 +6,7 @@ import pandas as pd
 
 from bench.fmt import fmt
 from bench.report.categories import category_markdown, has_workloads
+from bench.report.speedup import markdown_notes, markdown_results, with_speedups
 
 
 def md_table(df: pd.DataFrame, columns: dict[str, tuple[str, int]]) -> str:
@@ -68,6 +69,7 @@ def _result_columns(points: pd.DataFrame) -> dict[str, tuple[str, int]]:
 
 
 def summary_markdown(points: pd.DataFrame, prov: dict) -> str:
+    points = with_speedups(points)  # over the k = 0 baseline, when the sweep has one
     ok = points[points.status == "ok"]
     bad = points[points.status != "ok"].copy()
     bad["detail"] = bad["detail"].map(
@@ -81,7 +83,8 @@ def summary_markdown(points: pd.DataFrame, prov: dict) -> str:
         "",
     ]
     if len(ok):
-        lines += ["## Results", "", md_table(ok, _result_columns(points)), ""]
+        shown, columns = markdown_results(ok, _result_columns(points))
+        lines += ["## Results", "", md_table(shown, columns), "", *markdown_notes(points)]
         lines += category_markdown(points, md_table)
         flagged = ok[ok.mismatch.notna()]
         if len(flagged):
@@ -92,7 +95,7 @@ def summary_markdown(points: pd.DataFrame, prov: dict) -> str:
             + ", ".join(
                 sorted(
                     {
-                        f"target {r.target_attention_backend_ran} / draft {r.draft_attention_backend_ran or '?'} / KV "
+                        f"target {r.target_attention_backend_ran} / draft {_draft_ran(r)} / KV "
                         f"{r.kv_cache_dtype_ran} / graphs {r.cudagraph_mode}"
                         for r in ok.itertuples()
                     }
@@ -104,3 +107,11 @@ def summary_markdown(points: pd.DataFrame, prov: dict) -> str:
         lines += ["## Failed and skipped points", "", md_table(bad, FAILED_COLUMNS), ""]
     lines += ["## Provenance", ""] + [f"- {k}: {v}" for k, v in prov.items()] + [""]
     return "\n".join(lines)
+
+
+def _draft_ran(row) -> str:
+    """The draft backend that ran: "none" for a k = 0 baseline (no draft), "?" where unknown."""
+    if row.num_speculative_tokens == 0:
+        return "none"
+    ran = row.draft_attention_backend_ran
+    return ran if isinstance(ran, str) else "?"

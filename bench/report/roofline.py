@@ -28,9 +28,17 @@ draft's (per draft pass). Under TP the latent cache is replicated on every TP ra
 splits it by token, so each GPU reads KV / DCP; weights are split across TP ranks (replicated small pieces
 ignored).
 
+A k = 0 (no speculation) step reads the target's weights and KV only; it needs no draft config.
+
+A target that is bench.kimi_rank's generated rank (its stored config is exactly the generator's,
+`kimi_rank.spec_from_config`) is counted by `kimi_rank.decode_step_bytes` instead (`rank_step_bytes`): that model
+knows the compressed-tensors int4 experts (0.5 byte + a bf16 scale per 32 weights) and Kimi's ignore list, which
+this config-generic count does not (it counts such experts at the model dtype).
+
 Not modelled: activations, the sampler, prefill, kernel efficiency, launch overheads, communication.
 
-This module is the model (bytes per step from the configs); bench.report.roofline_points applies it to a sweep.
+This module is the model (bytes per step from the configs); bench.report.roofline_points applies it to a sweep
+and bench.report.roofline_check compares it with the measured step time.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from bench import kimi_rank
 from bench.effective import stored_model_configs
 
 # Peak HBM bandwidth per GPU, bytes/s (vendor datasheets). Matched against nvidia-smi's name, most specific first.
@@ -198,7 +207,7 @@ def _bytes(params: dict[str, float], lin: float, model_bytes: int) -> float:
 
 def step_bytes(
     target: dict,
-    draft: dict,
+    draft: dict | None,
     *,
     concurrency: int,
     context_len: float,
@@ -211,9 +220,11 @@ def step_bytes(
     routing: str = "top_k",
 ) -> dict:
     """Bytes one decode step reads on one GPU, by part (see the module docstring). routing: "top_k" (the lower
-    bound: top-k experts per MoE layer) or "uniform" (expected distinct experts for the step's verify tokens)."""
-    mb_t, mb_d = model_dtype_bytes(target, server), model_dtype_bytes(draft, server)
-    lin_t, lin_d = linear_bytes(target, server), linear_bytes(draft)
+    bound: top-k experts per MoE layer) or "uniform" (expected distinct experts for the step's verify tokens).
+    `draft` None: no draft (num_spec must be 0)."""
+    if draft is None and num_spec:
+        raise ValueError("a speculative step (num_spec > 0) needs the draft's config")
+    mb_t, lin_t = model_dtype_bytes(target, server), linear_bytes(target, server)
     experts = None
     if routing == "uniform":
         experts = expected_experts_touched(
@@ -221,12 +232,13 @@ def step_bytes(
             int(target.get("num_experts_per_tok") or 0),
             concurrency * (num_spec + 1),
         )
-    t_params = target_weight_params(target, experts)
-    d_params = draft_pass_params(draft)
-    target_w = _bytes(t_params, lin_t, mb_t)
-    draft_w = num_spec * _bytes(d_params, lin_d, mb_d) + draft_fc_params(draft) * lin_d
+    target_w = _bytes(target_weight_params(target, experts), lin_t, mb_t)
     t_kv_tok = kv_bytes_per_token_layer(target, target_kv_dtype, mb_t) * int(target["num_hidden_layers"])
-    d_kv_tok = kv_bytes_per_token_layer(draft, draft_kv_dtype, mb_d) * int(draft["num_hidden_layers"])
+    draft_w, d_kv_tok = 0.0, 0.0
+    if draft is not None:
+        mb_d, lin_d = model_dtype_bytes(draft, server), linear_bytes(draft)
+        draft_w = num_spec * _bytes(draft_pass_params(draft), lin_d, mb_d) + draft_fc_params(draft) * lin_d
+        d_kv_tok = kv_bytes_per_token_layer(draft, draft_kv_dtype, mb_d) * int(draft["num_hidden_layers"])
     target_kv = t_kv_tok * context_len * concurrency
     draft_kv = num_spec * d_kv_tok * context_len * concurrency
     per_gpu = (target_w + draft_w) / tp + (target_kv + draft_kv) / dcp
@@ -239,4 +251,40 @@ def step_bytes(
         "draft_kv_bytes_per_token": d_kv_tok,
         "routed_experts_read": experts if experts is not None else int(target.get("num_experts_per_tok") or 0),
         "bytes_per_step_per_gpu": per_gpu,
+    }
+
+
+def rank_step_bytes(
+    spec: kimi_rank.RankSpec,
+    *,
+    concurrency: int,
+    context_len: float,
+    num_spec: int,
+    target_kv_dtype: str,
+    draft_kv_dtype: str | None,
+    routing: str = "top_k",
+) -> dict:
+    """step_bytes' parts for a generated kimi-rank target, from bench.kimi_rank.decode_step_bytes (one GPU: the
+    rank is a TP1 model, nothing is divided)."""
+    b = kimi_rank.decode_step_bytes(
+        spec,
+        concurrency=concurrency,
+        context=context_len,
+        k=num_spec,
+        target_kv=target_kv_dtype,
+        draft_kv=draft_kv_dtype,
+        routing=routing,
+    )
+    est = kimi_rank.estimate(spec)
+    draft_kv_dtype = draft_kv_dtype if num_spec else None
+    return {
+        "target_weight_bytes": b["target weights (no routed experts)"] + b["routed experts touched"],
+        "draft_weight_bytes": b["draft weights"],
+        "target_kv_bytes": b["target KV"],
+        "draft_kv_bytes": b["draft KV"],
+        "target_kv_bytes_per_token": est.kv_per_token(target_kv_dtype, None),
+        "draft_kv_bytes_per_token": est.kv_per_token(target_kv_dtype, draft_kv_dtype)
+        - est.kv_per_token(target_kv_dtype, None),
+        "routed_experts_read": b["experts touched per layer"],
+        "bytes_per_step_per_gpu": b["total"],
     }

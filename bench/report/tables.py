@@ -16,6 +16,7 @@ POINT_COLUMNS = [
     "draft_attention_backend",
     "draft_kv_cache_dtype",
     "dcp_size",
+    "dcp_emulated",  # N: one rank of DCP-N emulated on one GPU (input_len is its share); None: not emulated
     "num_speculative_tokens",
     "concurrency",
     "input_len",
@@ -69,6 +70,7 @@ def point_row(p: dict) -> dict:
         "draft_attention_backend": eng["draft_attention_backend"],
         "draft_kv_cache_dtype": eng["draft_kv_cache_dtype"],
         "dcp_size": eng["dcp_size"],
+        "dcp_emulated": (cfg.get("emulation") or {}).get("dcp_size"),
         "num_speculative_tokens": eng["num_speculative_tokens"],
         "concurrency": shape.get("concurrency", arrival.get("max_concurrency")),
         "input_len": shape.get("input_len"),

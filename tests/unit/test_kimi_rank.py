@@ -186,8 +186,10 @@ def test_shipped_profile_plans_for_one_h200():
     plan = make_plan(load_profile("kimi-k2.6-rank-h200", "gpu"), H200)
     engines = [e for e, _ in plan.groups]
     assert not plan.skipped and engines[0].num_speculative_tokens == 0
-    assert len(engines) == 1 + 3 * 2 * 4  # baseline + backends x draft KV x k in {1, 2, 3, 4}
+    # per DCP variant (the plain rank, one DCP8 rank emulated): baseline + backends x draft KV x k in {1, 2, 3, 4}
+    assert len(engines) == 2 * (1 + 3 * 2 * 4)
     assert K.parse_spec(engines[0].target) == K.RankSpec(8, 61, "int4")
+    assert {K.parse_spec(e.target).dcp for e in engines} == {1, 8}
 
 
 def test_cli_prints_the_estimate_writes_and_refuses(tmp_path, capsys):

@@ -26,7 +26,10 @@ def test_tiny_picks_platform_axes():
 @pytest.mark.parametrize(
     "data, message",
     [
-        ({"name": "x", "axes": {"shapez": ["1x1x2"]}}, "t.toml: axes.shapez: unknown key; allowed here: dcp_size,"),
+        (
+            {"name": "x", "axes": {"shapez": ["1x1x2"]}},
+            "t.toml: axes.shapez: unknown key; allowed here: dcp_emulated, dcp_size,",
+        ),
         ({"name": "x", "bogus": 1}, "t.toml: bogus: unknown key; allowed here: acceptance, axes, description"),
         ({"name": "x", "axes": {"shapes": ["4x128"]}}, "shape '4x128' is not 'CONCURRENCYxINPUT_LENxOUTPUT_LEN'"),
         ({"name": "x", "axes": {"dcp_size": [0]}}, "axes.dcp_size: Value error, values must be >= 1"),

@@ -1,6 +1,7 @@
-"""Tables for README.md from results/ alone: per point output tok/s, TPOT, speedup over the k = 0 baseline of the
-same shape, acceptance, server start-up, and achieved HBM bandwidth against the roofline model of
-bench.kimi_rank.decode_step_bytes. Run from the repository root:
+"""Tables for README.md from results/ alone. Per point: the report's own numbers (bench.report.analysis.collect:
+speedup over the k = 0 baseline, acceptance, the roofline's bytes per step against the measured step), joined in
+one table, nothing recomputed here; per server: start-up and memory figures from its vLLM log, which the report
+does not show. Run from the repository root:
 
     .venv/bin/python reports/examples/kimi-rank-h200/summarize.py
 """
@@ -11,84 +12,73 @@ import json
 import re
 from pathlib import Path
 
-from bench import kimi_rank as K
+import pandas as pd
+
+from bench.fmt import fmt
+from bench.report.analysis import ReportData, collect
 
 HERE = Path(__file__).resolve().parent
-H200_BW = 4.8e12  # bytes/s, H200 SXM datasheet (bench/report/roofline.py GPU_BANDWIDTH)
+ORDER = {"no-spec": 0, "FLASHMLA/fp8": 1, "FLASHMLA/auto": 2, "TRITON_MLA/fp8": 3, "TRITON_MLA/auto": 4}
+COLUMNS = {  # column -> (header, format)
+    "engine": ("engine", None),
+    "shape": ("shape (conc x in x out)", None),
+    "state": ("status", None),
+    "output_throughput": ("out tok/s", ".0f"),
+    "tpot_mean_ms": ("TPOT ms (mean)", ".2f"),
+    "speedup_output": ("speedup tok/s", ".2f"),
+    "speedup_tpot": ("speedup TPOT", ".2f"),
+    "acceptance_rate": ("acceptance", ".3f"),
+    "mean_acceptance_length": ("mean acc. len", ".2f"),
+    "model_gb": ("model GB/step", ".1f"),
+    "step_ms": ("measured step ms", ".2f"),
+    "achieved_tb_s": ("achieved TB/s", ".2f"),
+    "achieved_fraction": ("of 4.8 TB/s", ".0%"),
+}
 
 
-def load_points() -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((HERE / "results" / "points").glob("*.json"))]
+def point_rows(data: ReportData) -> pd.DataFrame:
+    """One row per point: the results table's columns and the roofline check's, as the report computed them."""
+    roof = data.roofline.set_index("point_id")
+    pts = data.points.join(roof[["tpot_mean_ms", "step_ms", "achieved_fraction", "note"]], on="point_id")
+    pts["model_gb"] = pts.point_id.map(roof.bytes_per_step_uniform) / 1e9
+    pts["achieved_tb_s"] = pts.point_id.map(roof.achieved_bytes_s) / 1e12
+    pts["engine"] = pts.series.str.replace(" k3", "").str.replace(" k0", "")
+    pts["shape"] = [f"{r.concurrency}x{r.input_len}x{r.output_len}" for r in pts.itertuples()]
+    pts["state"] = [s if s == "ok" else f"{s}: {r}" for s, r in zip(pts.status, pts.reason)]
+    pts["_order"] = pts.engine.map(lambda e: ORDER.get(e, 9))
+    return pts.sort_values(["_order", "input_len", "concurrency"], kind="stable").reset_index(drop=True)
 
 
-def step_time_s(rec: dict) -> float | None:
-    """One decode step of one sequence: TPOT x tokens a step yields (mean acceptance length; 1 without a draft)."""
-    tpot = (rec["metrics"].get("tpot_ms") or {}).get("mean")
-    k = rec["config"]["engine"]["num_speculative_tokens"]
-    mal = 1.0 if k == 0 else rec["spec_decode"].get("mean_acceptance_length")
-    return None if tpot is None or mal is None else tpot / 1e3 * mal
-
-
-def row(rec: dict, baseline: dict[str, tuple[float, float]], spec: K.RankSpec) -> list[str]:
-    eng, shape = rec["config"]["engine"], rec["config"]["shape"]
-    label = [rec["label"]["engine"], rec["label"]["shape"]]
-    if rec["status"] != "ok":
-        return [*label, f"{rec['status']}: {rec['reason']}"] + [""] * 9
-    m, sd = rec["metrics"], rec["spec_decode"]
-    tps = m["output_throughput"]
-    base_tps, base_tpot = baseline.get(rec["label"]["shape"], (None, None))
-    step = step_time_s(rec)
-    model = K.decode_step_bytes(
-        spec,
-        concurrency=shape["concurrency"],
-        context=shape["input_len"] + shape["output_len"] / 2,
-        k=eng["num_speculative_tokens"],
-        target_kv=str(eng["server"].get("kv_cache_dtype", "auto")),
-        draft_kv=eng["draft_kv_cache_dtype"],
-    )
-    bw = model["total"] / step if step else None
-    return [
-        *label,
-        "ok",
-        f"{tps:.0f}",
-        f"{m['tpot_ms']['mean']:.2f}",
-        f"{tps / base_tps:.2f}x" if base_tps else "-",
-        f"{base_tpot / m['tpot_ms']['mean']:.2f}x" if base_tpot else "-",
-        "-" if sd.get("acceptance_rate") is None else f"{sd['acceptance_rate']:.3f}",
-        "-" if sd.get("mean_acceptance_length") is None else f"{sd['mean_acceptance_length']:.2f}",
-        f"{model['total'] / 1e9:.1f}",
-        "-" if bw is None else f"{bw / 1e12:.2f}",
-        "-" if bw is None else f"{bw / H200_BW:.0%}",
-    ]
-
-
-def startup_rows(points: list[dict]) -> list[list[str]]:
+def startup_rows(data: ReportData) -> list[list[str]]:
     """Per server (engine): ready_s of each start, and vLLM's own load / compile / graph figures from its log."""
-    out, seen = [], set()
-    for rec in points:
-        eid, server = rec["engine_id"], rec.get("server") or {}
-        if eid in seen or "ready_s" not in server:
+    results, out = data.sweep_dir, []
+    for engine, grp in data.points.groupby("engine_id", sort=False):
+        starts = {
+            f"{float(p.get('server', {}).get('ready_s')):.0f}"
+            for p in (_record(results, pid) for pid in grp.point_id)
+            if (p.get("server") or {}).get("ready_s") is not None
+        }
+        log = results / "logs" / f"server-{engine}.log"
+        if not starts or not log.is_file():
             continue
-        seen.add(eid)
-        log = (HERE / "results" / server["log"]).read_text(errors="replace")
-        starts = [
-            f"{json.loads(json.dumps(r['server']['ready_s'])):.0f}"
-            for r in points
-            if r["engine_id"] == eid and "ready_s" in (r.get("server") or {})
-        ]
+        text = log.read_text(errors="replace")
         out.append(
             [
-                rec["label"]["engine"],
-                "/".join(sorted(set(starts), key=float)),
-                _grab(log, r"Model loading took ([\d.]+) GiB"),
-                _grab(log, r"init engine .* took ([\d.]+) s"),
-                _grab(log, r"\(compilation: ([\d.]+) s\)"),
-                _grab(log, r"Graph capturing finished in (\d+) secs"),
-                _grab(log, r"Available KV cache memory: ([\d.]+) GiB"),
-                _grab(log, r"GPU KV cache size: ([\d,]+) tokens"),
+                grp.series.iloc[0],
+                "/".join(sorted(starts, key=float)),
+                _grab(text, r"Model loading took ([\d.]+) GiB"),
+                _grab(text, r"init engine .* took ([\d.]+) s"),
+                _grab(text, r"\(compilation: ([\d.]+) s\)"),
+                _grab(text, r"Graph capturing finished in (\d+) secs"),
+                _grab(text, r"Available KV cache memory: ([\d.]+) GiB"),
+                _grab(text, r"GPU KV cache size: ([\d,]+) tokens"),
             ]
         )
     return out
+
+
+def _record(results: Path, point_id: str) -> dict:
+    return json.loads((results / "points" / f"{point_id}.json").read_text())
 
 
 def _grab(text: str, pattern: str) -> str:
@@ -102,29 +92,16 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def main() -> None:
-    points = load_points()
-    manifest = json.loads((HERE / "results" / "manifest.json").read_text())
-    spec = K.parse_spec(manifest["profile"]["model"]["target"])
-    baseline = {
-        r["label"]["shape"]: (r["metrics"]["output_throughput"], r["metrics"]["tpot_ms"]["mean"])
-        for r in points
-        if r["status"] == "ok" and r["config"]["engine"]["num_speculative_tokens"] == 0
-    }
-    order = {"no-spec": 0, "FLASHMLA/fp8": 1, "FLASHMLA/auto": 2, "TRITON_MLA/fp8": 3, "TRITON_MLA/auto": 4}
-    points.sort(
-        key=lambda r: (
-            order.get(r["label"]["engine"].split()[0], 9),
-            r["config"]["shape"]["input_len"],
-            r["config"]["shape"]["concurrency"],
-        )
-    )
-    print(f"Model: {spec.name} (all figures: {spec.layers} layers)\n")
-    header = ["engine", "shape (conc x in x out)", "status", "out tok/s", "TPOT ms", "speedup tok/s", "speedup TPOT"]
-    header += ["acceptance", "mean acc. len", "model GB/step", "achieved TB/s", "of 4.8 TB/s"]
-    print(table(header, [row(r, baseline, spec) for r in points]))
+    data = collect(HERE / "results")
+    pts = point_rows(data)
+    rows = [[fmt(r[c], spec, missing="") for c, (_, spec) in COLUMNS.items()] for _, r in pts.iterrows()]
+    print(table([h for h, _ in COLUMNS.values()], rows))
+    print()
+    for r in pts[pts.note.notna()].itertuples():
+        print(f"- {r.engine} {r.shape}: {r.note}")
     print()
     header = ["engine", "ready_s (each start)", "model GiB", "init engine s", "compile s", "graphs s"]
-    print(table(header + ["KV GiB", "KV tokens"], startup_rows(points)))
+    print(table(header + ["KV GiB", "KV tokens"], startup_rows(data)))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,123 @@
+"""Speculative speedup per point: over the no-speculation (k = 0) baseline of the same load and engine otherwise.
+
+Two ratios, both > 1 when speculation helps:
+- output tok/s: the point's over the baseline's. Over the whole measured window, so it includes prefill (TTFT)
+  and queueing: with one wave of requests and short outputs the prefill can be a third of the window.
+- decode time per token: the baseline's mean TPOT over the point's (decode only). Mean TPOT is 1000 / per-user
+  output tok/s (bench.metrics.summarize defines per-user tok/s that way), so this is the per-user tok/s ratio.
+
+A point's baseline has the same DCP size (real or emulated), concurrency, input and output lengths and workload
+(a sweep has one target and one set of server arguments; every other engine axis is about the draft). Without
+exactly one ok baseline the ratios are unknown (NaN), never 1. Sweeps without a k = 0 point show no speedup
+columns, so their summaries stay what they were.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from bench import dcp_emulation
+from bench.fmt import fmt
+
+BASELINE_KEY = ["dcp_size", "dcp_emulated", "concurrency", "input_len", "output_len", "workload", "arrival"]
+SPEEDUP_COLUMNS = ["point_id", "baseline_point_id", "speedup_output", "speedup_tpot"]
+MARKDOWN_COLUMNS = {"speedup_output": "vs k=0 tok/s", "speedup_tpot": "vs k=0 TPOT"}
+
+
+def has_baseline(points: pd.DataFrame) -> bool:
+    """Whether the sweep has an ok no-speculation point to compare with."""
+    return bool(((points.num_speculative_tokens == 0) & (points.status == "ok")).any())
+
+
+def speedups(points: pd.DataFrame) -> pd.DataFrame:
+    """Per point (any status): its baseline's point id and the two ratios (NaN where unknown)."""
+    key = [c for c in BASELINE_KEY if c in points]
+    keys = points[key].astype(object).where(points[key].notna(), "-").astype(str).agg("|".join, axis=1)
+    base = points[(points.num_speculative_tokens == 0) & (points.status == "ok")]
+    unique = keys[base.index].value_counts()
+    by_key = {keys[i]: row for i, row in base.iterrows() if unique[keys[i]] == 1}
+    rows = []
+    for i, p in points.iterrows():
+        b = by_key.get(keys[i])
+        row = {"point_id": p.point_id, "baseline_point_id": None, "speedup_output": np.nan, "speedup_tpot": np.nan}
+        if b is not None:
+            row["baseline_point_id"] = b.point_id
+        if b is not None and p.status == "ok":
+            row["speedup_output"] = _ratio(p.output_throughput, b.output_throughput)
+            row["speedup_tpot"] = _ratio(p.per_user_output_throughput, b.per_user_output_throughput)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
+
+
+def with_speedups(points: pd.DataFrame) -> pd.DataFrame:
+    """`points` with the speedup columns (the points table is left as it was when there is no baseline)."""
+    if not has_baseline(points):
+        return points
+    found = speedups(points).drop(columns="point_id").set_axis(points.index)
+    return points.join(found)
+
+
+def _ratio(a, b) -> float:
+    a, b = pd.to_numeric(a, errors="coerce"), pd.to_numeric(b, errors="coerce")
+    return float(a / b) if pd.notna(a) and pd.notna(b) and b > 0 else np.nan
+
+
+def best(points: pd.DataFrame, column: str = "speedup_tpot") -> tuple[str | None, float | None]:
+    """The ok speculative point with the largest speedup (`label` when the table has one, else the point id)."""
+    if column not in points:
+        return None, None
+    spec = points[(points.status == "ok") & (points.num_speculative_tokens > 0) & points[column].notna()]
+    if not len(spec):
+        return None, None
+    row = spec.loc[spec[column].idxmax()]
+    return str(row.get("label", row.point_id)), float(row[column])
+
+
+def page_notes(points: pd.DataFrame) -> dict:
+    """For report.html: the best speculative speedups over k = 0 (`speedup` None without a baseline), and what
+    emulated DCP points model and leave out (`emulation` None without them)."""
+    found = {}
+    for column in ("speedup_tpot", "speedup_output"):
+        label, value = best(points, column)
+        found[column] = None if label is None else {"label": label, "value": fmt(value, ".2f")}
+    emulated = "dcp_emulated" in points and bool(points.dcp_emulated.notna().any())
+    notes = {"modelled": dcp_emulation.MODELLED, "not_modelled": dcp_emulation.NOT_MODELLED}
+    return {"speedup": found if any(found.values()) else None, "emulation": notes if emulated else None}
+
+
+# --- summary.md ---------------------------------------------------------------------------------------------
+
+
+def markdown_results(ok: pd.DataFrame, columns: dict[str, tuple[str, int]]) -> tuple[pd.DataFrame, dict]:
+    """The results table of summary.md with the speedups ("1.53x") and the emulated DCP sizes ("8 (emulated)")
+    where the sweep has them; unchanged otherwise (the committed summaries without them stay byte-identical)."""
+    shown, columns = ok, dict(columns)
+    if "dcp_emulated" in ok and ok.dcp_emulated.notna().any():
+        emulated = ok.dcp_emulated.notna()
+        dcp = ok.dcp_size.astype(object)
+        dcp[emulated] = [f"{int(n)} ({dcp_emulation.LABEL})" for n in ok.dcp_emulated[emulated]]
+        shown = shown.assign(dcp_size=dcp)
+    if "speedup_output" in ok:
+        times = {c: ok[c].map(lambda v: None if pd.isna(v) else f"{v:.2f}x") for c in MARKDOWN_COLUMNS}
+        shown = shown.assign(**times)
+        columns.update({c: (header, 0) for c, header in MARKDOWN_COLUMNS.items()})
+    return shown, columns
+
+
+def markdown_notes(points: pd.DataFrame) -> list[str]:
+    """The lines under the results table: what the speedups are, and what an emulated DCP rank leaves out."""
+    lines = []
+    if "speedup_output" in points:
+        lines += [
+            "Speedups are over the no-speculation (k = 0) point of the same shape: `vs k=0 tok/s` = output tok/s "
+            "ratio (includes prefill), `vs k=0 TPOT` = baseline mean TPOT / this point's (decode only).",
+            "",
+        ]
+    if "dcp_emulated" in points and points.dcp_emulated.notna().any():
+        lines += [
+            f"DCP `N ({dcp_emulation.LABEL})`: one DCP-N rank emulated on one GPU; `in` is the rank's share of "
+            "the prompt, ceil(L/N). Not modelled: " + "; ".join(dcp_emulation.NOT_MODELLED) + ".",
+            "",
+        ]
+    return lines
