@@ -100,6 +100,8 @@ def test_mt_bench_second_turn_follows_the_models_own_answer(loaded, server):
         turns.setdefault(r["conversation"], {})[r["turn"]] = r
     assert len(turns) == 8 and all(set(t) == {0, 1} for t in turns.values())
     assert all(r["status"] == "ok" and r["output_tokens"] == 24 for r in raw)
+    # continuous usage stats on the chat API: each chunk's token count, several when a chunk holds accepted drafts
+    assert all(sum(r["chunk_tokens"]) == 24 for r in raw) and max(max(r["chunk_tokens"]) for r in raw) > 1
     conv_id, rows = next(iter(sorted(turns.items())))
     dataset = load_dataset(parse_source(point["workload"]["dataset"]))
     conv = next(c for c in dataset.conversations if c.id == conv_id)
