@@ -84,6 +84,14 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         help="pass the draft backend / KV dtype as draft_* keys (needs the patch) or as vLLM's "
         "attention_backend / kv_cache_dtype (unpatched vLLM)",
     )
+    sweep.add_argument(
+        "--ray",
+        nargs="?",
+        const="auto",
+        metavar="ADDRESS",
+        help="run the engine configs on a Ray cluster (ADDRESS, default auto: RAY_ADDRESS or this node's cluster); "
+        "with --dry-run, NxG describes one (N nodes of G GPUs) without joining",
+    )
 
 
 def _add_profile(sub: argparse._SubParsersAction) -> None:
@@ -228,6 +236,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         profile_points=args.profile_points,
         nsys=args.nsys,
         draft_keys=args.draft_keys,
+        ray=args.ray,
     )
     if args.dry_run:
         print(dry_run(request))

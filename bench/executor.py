@@ -71,6 +71,7 @@ class SweepContext:
     draft_keys: str = "legacy"  # how the draft's backend / KV dtype reach vLLM (EngineConfig.speculative_config)
     extra_env: Mapping[str, str] = field(default_factory=dict)  # for every server
     capture: Capture | None = None  # profile every point run (None: no profiling)
+    server_args: tuple[str, ...] = ()  # after every server's argv (a multi-node engine on Ray: its executor)
 
     def server_env(self, engine_id: str) -> dict[str, str]:
         capture = self.capture.env(engine_id) if self.capture else {}
@@ -133,6 +134,7 @@ def base_record(point: Point) -> dict:
 def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> None:
     """Start the server for `engine`, run `points` on it, stop it; every point ends up with a record."""
     spec, vocab = server_spec(engine, ctx.store, ctx.plan.flavor, ctx.server_env(engine.id), ctx.draft_keys)
+    spec.argv += ctx.server_args
     text = any(p.workload.is_text for p in points)
     spec.argv += (flag := M.request_spec_args(engine.num_speculative_tokens, dict(engine.server), text))
     if ctx.capture:

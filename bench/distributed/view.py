@@ -1,0 +1,167 @@
+"""The live view of a sweep spread over a Ray cluster: each running engine configuration's node and phase
+(queued / loading / capturing / running point i of n), points done, and an ETA from the start-up and point times
+measured so far. A rich table when stderr is a terminal, one plain line per change otherwise (logs, CI).
+
+`Tracker` holds the state and the ETA and takes its clock as a parameter, so the arithmetic is tested with a
+scripted clock; the views only render it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from statistics import mean
+from typing import TextIO
+
+
+@dataclass
+class Lane:
+    """One unit of work (an engine configuration's attempt) as the view shows it."""
+
+    label: str  # the engine config
+    points: int  # points it runs
+    node: str = "-"
+    phase: str = "queued"
+    index: int = 0  # point being run (1-based) once running
+    done: int = 0
+    since: float | None = None  # when the current phase began
+    started: float | None = None  # when loading began (its start-up is measured from there)
+
+
+@dataclass
+class Tracker:
+    total: int  # points to run (grows when lost points are re-queued)
+    lanes_max: int  # engine configs that can run at once (nodes)
+    clock: Callable[[], float] = time.monotonic
+    lanes: dict[str, Lane] = field(default_factory=dict)
+    startups: list[float] = field(default_factory=list)
+    point_times: list[float] = field(default_factory=list)
+    finished: int = 0
+
+    def add(self, key: str, label: str, points: int) -> None:
+        self.lanes[key] = Lane(label, points)
+
+    def node(self, key: str, node: str) -> None:
+        self.lanes[key].node = node
+
+    def phase(self, key: str, phase: str, index: int = 0) -> None:
+        lane, now = self.lanes[key], self.clock()
+        if phase == "loading" and lane.started is None:
+            lane.started = now
+        if phase == "running" and lane.phase in ("loading", "capturing") and lane.started is not None:
+            self.startups.append(now - lane.started)
+        lane.phase, lane.index, lane.since = phase, index, now
+
+    def point_done(self, key: str) -> None:
+        lane, now = self.lanes[key], self.clock()
+        if lane.phase == "running" and lane.since is not None:
+            self.point_times.append(now - lane.since)
+        lane.done += 1
+        self.finished += 1
+
+    def end(self, key: str, lost_points: int = 0, requeued: int = 0) -> None:
+        """The lane is over; `lost_points` of it failed without running, `requeued` will run again elsewhere."""
+        self.lanes.pop(key, None)
+        self.finished += lost_points
+        self.total += requeued
+
+    def phase_text(self, lane: Lane) -> str:
+        if lane.phase == "running":
+            return f"running point {lane.index} of {lane.points}"
+        return lane.phase
+
+    def eta_s(self) -> float | None:
+        """Seconds left: each lane's remaining start-up and points, spread over the lanes that run at once (never
+        less than the longest lane). None until a start-up and a point have been measured."""
+        if not self.startups or not self.point_times:
+            return None
+        startup, per_point, now = mean(self.startups), mean(self.point_times), self.clock()
+        left = []
+        for lane in self.lanes.values():
+            wait = startup if lane.phase in ("queued", "loading", "capturing") else 0.0
+            if lane.started is not None and lane.phase in ("loading", "capturing"):
+                wait = max(0.0, startup - (now - lane.started))
+            left.append(wait + (lane.points - lane.done) * per_point)
+        if not left:
+            return 0.0
+        return max(max(left), sum(left) / max(1, self.lanes_max))
+
+    def headline(self) -> str:
+        eta = self.eta_s()
+        return f"{self.finished}/{self.total} points, ETA " + ("?" if eta is None else f"{eta / 60:.1f} min")
+
+
+class PlainView:
+    """One line per change: `[ray 3/8 points, ETA 2.1 min] NODE ENGINE: PHASE`."""
+
+    def __init__(self, tracker: Tracker, stream: TextIO | None = None):
+        self.tracker, self.stream = tracker, stream or sys.stderr
+
+    def changed(self, key: str, note: str = "") -> None:
+        lane = self.tracker.lanes.get(key)
+        what = f"{lane.node} {lane.label}: {self.tracker.phase_text(lane)}" if lane else ""
+        text = f"[ray {self.tracker.headline()}] {what}{(' ' + note) if note else ''}".rstrip()
+        print(text, file=self.stream, flush=True)
+
+    def say(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+    def tick(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class RichView(PlainView):
+    """A table redrawn in place: one row per engine configuration in flight, the ETA in the title."""
+
+    def __init__(self, tracker: Tracker, stream: TextIO | None = None):
+        from rich.console import Console
+        from rich.live import Live
+
+        super().__init__(tracker, stream)
+        self.console = Console(file=self.stream)
+        self.live = Live(self._table(), console=self.console, refresh_per_second=2, transient=False)
+        self.live.start()
+
+    def _table(self):  # -> rich.table.Table
+        from rich.table import Table
+
+        table = Table(title=f"ray sweep: {self.tracker.headline()}", expand=False)
+        for column in ("node", "engine config", "phase", "done"):
+            table.add_column(column)
+        for lane in self.tracker.lanes.values():
+            table.add_row(lane.node, lane.label, self.tracker.phase_text(lane), f"{lane.done}/{lane.points}")
+        return table
+
+    def changed(self, key: str, note: str = "") -> None:
+        if note:
+            self.console.print(note)
+        self.tick()
+
+    def say(self, text: str) -> None:
+        self.console.print(text)
+
+    def tick(self) -> None:
+        self.live.update(self._table())
+
+    def close(self) -> None:
+        self.live.stop()
+
+
+class QuietView(PlainView):
+    def changed(self, key: str, note: str = "") -> None:
+        pass
+
+    def say(self, text: str) -> None:
+        pass
+
+
+def make_view(tracker: Tracker, quiet: bool, stream: TextIO | None = None) -> PlainView:
+    stream = stream or sys.stderr
+    if quiet:
+        return QuietView(tracker, stream)
+    return RichView(tracker, stream) if stream.isatty() else PlainView(tracker, stream)
