@@ -205,3 +205,19 @@ def test_the_ledger_keeps_earlier_runs(tmp_path):
     (tmp_path / "cluster.json").write_text("{not json")
     with pytest.raises(BenchError, match="move it away"):
         _read_ledger(tmp_path / "cluster.json")
+
+
+def test_rich_view_draws_one_row_per_engine_config_in_flight():
+    from bench.distributed.view import RichView, make_view
+
+    tracker = Tracker(total=4, lanes_max=2, clock=Clock())
+    tracker.add("a", "CPU_MLA/auto dcp1 k2", 2)
+    tracker.node("a", "head/abc123")
+    tracker.phase("a", "capturing")
+    out = io.StringIO()
+    view = RichView(tracker, out)
+    view.changed("a")
+    view.close()
+    text = out.getvalue()
+    assert "ray sweep: 0/4 points, ETA ?" in text and "head/abc123" in text and "capturing" in text
+    assert type(make_view(tracker, quiet=False, stream=io.StringIO())) is PlainView  # not a terminal

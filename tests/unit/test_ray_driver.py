@@ -1,0 +1,172 @@
+"""The Ray driver's bookkeeping with a scripted stand-in for Ray (the real cluster runs in
+tests/integration/test_ray_cpu.py): files streamed by a task land in the results directory, a lost node fails the
+unfinished points as node-lost and re-runs them once elsewhere, the suite's own error is not re-run, and a config
+the cluster cannot hold is skipped with the reason while the others run."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from bench.distributed import cluster as C
+from bench.distributed import driver
+from bench.distributed.placement import Cluster, Node
+from bench.executor import Progress, SweepContext, base_record
+from bench.hardware import Machine
+from bench.plan import make_plan
+from bench.profile import parse_profile
+from bench.store import SweepStore
+
+
+class Lost(Exception):
+    """Stands in for ray.exceptions.NodeDiedError."""
+
+
+def plan_for(tp: int = 1):
+    profile = {
+        "name": "scripted",
+        "model": {"target": "tiny", "draft": "tiny", "weights": "dummy", "flavor": "cpu"},
+        "server": {"tensor_parallel_size": tp},
+        "axes": {
+            "draft_attention_backend": ["CPU_MLA"],
+            "num_speculative_tokens": [2, 3],
+            "shapes": ["1x8x4", "2x8x4"],
+        },
+    }
+    return make_plan(parse_profile(profile, "cpu", "scripted.toml"), Machine("cpu"))
+
+
+class FakeGen:
+    def __init__(self, events: list):
+        self.events = list(events)
+
+    def __next__(self):
+        if not self.events:
+            raise StopIteration
+        return self.events.pop(0)
+
+
+class FakeRay:
+    """remote / wait / get / cancel / shutdown as the driver uses them; `script(engine_label, attempt, node)`
+    gives the events of each task (an exception instance: ray.get raises it)."""
+
+    def __init__(self, script, nodes):
+        self.script, self.nodes, self.submitted, self.cancelled = script, nodes, [], []
+
+    def remote(self, **_):
+        return lambda fn: SimpleNamespace(options=self._options)
+
+    def _options(self, **opts):
+        return SimpleNamespace(remote=lambda task: self._start(task))
+
+    def _start(self, task):
+        node = self.nodes[len(self.submitted) % len(self.nodes)] if task.attempt == 0 else self.nodes[0]
+        self.submitted.append((task.engine.label(), task.attempt, node, [p.id for p in task.points]))
+        return FakeGen(self.script(task, node))
+
+    def wait(self, gens, num_returns=1, timeout=None):
+        return gens[:1], gens[1:]
+
+    def get(self, ref):
+        if isinstance(ref, Exception):
+            raise ref
+        return ref
+
+    def cancel(self, gen, force=False):
+        self.cancelled.append(gen)
+
+    def shutdown(self):
+        pass
+
+
+def events_ok(task, node):
+    out = [{"event": "node", "node_id": node, "host": node}, {"event": "phase", "phase": "loading", "point": None}]
+    for i, point in enumerate(task.points, 1):
+        record = {"schema_version": 1, **base_record(point), "status": "ok", "raw": f"raw/{point.id}.parquet"}
+        out.append({"event": "phase", "phase": "running", "point": point.id, "index": i})
+        files = [(f"raw/{point.id}.parquet", b"rows"), (f"points/{point.id}.json", json.dumps(record).encode())]
+        out.append({"event": "point", "point": point.id, "status": "ok", "files": files, "appends": []})
+    log = [(f"logs/server-{task.engine.id}.log", f"served on {node}\n".encode())]
+    return [*out, {"event": "sync", "files": [], "appends": log}, {"event": "end", "error": None, "captures": []}]
+
+
+@pytest.fixture
+def run(monkeypatch, tmp_path):
+    def go(plan, script, nodes=("n1", "n2"), slots=1):
+        cluster = Cluster(tuple(Node(n, n, slots) for n in nodes), "bench_gpu", "cpu", "addr")
+        fake = FakeRay(script, list(nodes))
+        reserved = []
+        monkeypatch.setattr(C, "import_ray", lambda: fake)
+        monkeypatch.setattr(C, "connect", lambda address: cluster)
+        monkeypatch.setattr(C, "read_cluster", lambda address=None: cluster.without("n2"))
+        monkeypatch.setattr(C, "reserve", lambda placement, resource, avoid=None: reserved.append(avoid) or object())
+        monkeypatch.setattr(C, "release", lambda pg: None)
+        monkeypatch.setattr(C, "is_lost", lambda exc: isinstance(exc, Lost))
+        store = SweepStore(tmp_path / "results")
+        ctx = SweepContext(store=store, progress=Progress(0, quiet=True), plan=plan)
+        driver.run_on_ray(ctx, [(e, pts) for e, pts in plan.groups], "addr")
+        ledger = json.loads((store.root / driver.LEDGER).read_text())
+        return store, fake, reserved, ledger["runs"][-1]["attempts"]
+
+    return go
+
+
+def test_a_lost_node_fails_its_unfinished_points_and_they_run_once_more_elsewhere(run):
+    plan = plan_for()
+
+    def script(task, node):
+        events = events_ok(task, node)
+        if node == "n2" and task.attempt == 0:  # lost after its first point
+            return [*events[:4], Lost("node n2 died")]
+        return events
+
+    store, fake, reserved, attempts = run(plan, script)
+    lost_engine = next(e for e, _ in plan.groups if e.label().endswith("k3"))
+    first, second = (p.id for p in dict(plan.groups)[lost_engine])
+    assert [s[1:] for s in fake.submitted if s[0] == lost_engine.label()] == [
+        (0, "n2", [first, second]),
+        (1, "n1", [second]),
+    ]
+    assert reserved == [None, None, "n2"], "the re-run avoids the node it was lost on"
+    points = store.points()
+    assert {p["status"] for p in points.values()} == {"ok"}, "the re-run's records replace the node-lost ones"
+    assert [(a["node"], a["outcome"], a["points_lost"]) for a in attempts] == [
+        ("n1/n1", "ok", []),  # a node is shown as name/id
+        ("n2/n2", "node-lost", [second]),
+        ("n1/n1", "ok", []),
+    ]
+    log = store.log_path(lost_engine.id).read_text()
+    assert "# bench: node n2/n2 lost (Lost: node n2 died); 1 points not run" in log and "served on n1" in log
+    assert (store.root / f"raw/{first}.parquet").read_bytes() == b"rows"
+
+
+def test_lost_twice_stays_failed_and_an_error_of_the_suite_is_not_rerun(run):
+    plan = plan_for()
+
+    def script(task, node):
+        if task.engine.label().endswith("k2"):
+            return [{"event": "node", "node_id": node, "host": node}, {"event": "end", "error": "bug", "captures": []}]
+        return [{"event": "node", "node_id": node, "host": node}, Lost("gone")]
+
+    store, fake, _, attempts = run(plan, script)
+    records = store.points().values()
+    assert (
+        sorted((p["reason"], p["phase"]) for p in records)
+        == [("bench-error", "startup")] * 2 + [("node-lost", "startup")] * 2
+    )
+    assert [a["outcome"] for a in attempts] == ["bench-error", "node-lost", "node-lost"]
+    assert len(fake.submitted) == 3
+
+
+def test_a_config_the_cluster_cannot_hold_is_skipped_and_the_others_run(run):
+    small, big = plan_for(tp=1), plan_for(tp=2)
+    mixed = make_plan(small.profile, Machine("cpu"))
+    mixed.groups = [small.groups[0], big.groups[0]]
+    store, fake, _, _ = run(mixed, events_ok)
+    statuses = {p["engine_id"]: (p["status"], p.get("reason")) for p in store.points().values()}
+    assert statuses[small.groups[0][0].id] == ("ok", None)
+    status, reason = statuses[big.groups[0][0].id]
+    assert status == "skipped" and reason.startswith("cluster: needs 2 bench_gpu across nodes")
+    assert len(fake.submitted) == 1
