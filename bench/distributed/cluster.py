@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from typing import TYPE_CHECKING, Any
 
 from bench.distributed.placement import GPU_RESOURCE, SLOT_RESOURCE, Cluster, Node, Placement
@@ -33,12 +34,26 @@ def connect(address: str) -> Cluster:
     """Join the cluster at `address` ("auto": RAY_ADDRESS or the cluster this machine is part of) as a driver."""
     ray = import_ray()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    _check_reachable(address)
     if not ray.is_initialized():
         try:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise BenchError(f"--ray {address}: cannot join the Ray cluster: {exc}") from None
     return read_cluster(address)
+
+
+def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Fail fast on a HOST:PORT that nothing answers (ray.init would retry for minutes)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:
+        return  # "auto", or a ray:// client address: Ray resolves those itself
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise BenchError(
+            f"--ray {address}: no Ray head answers there ({exc}); is `ray start --head` running?"
+        ) from None
 
 
 def read_cluster(address: str | None = None) -> Cluster:

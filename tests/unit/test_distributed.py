@@ -221,3 +221,14 @@ def test_rich_view_draws_one_row_per_engine_config_in_flight():
     text = out.getvalue()
     assert "ray sweep: 0/4 points, ETA ?" in text and "head/abc123" in text and "capturing" in text
     assert type(make_view(tracker, quiet=False, stream=io.StringIO())) is PlainView  # not a terminal
+
+
+def test_a_ray_address_nothing_answers_is_a_user_error_at_once():
+    from bench.distributed.cluster import _check_reachable
+    from bench.errors import BenchError
+
+    t0 = time.monotonic()
+    with pytest.raises(BenchError, match="no Ray head answers there"):
+        _check_reachable("127.0.0.2:1")
+    assert time.monotonic() - t0 < 5
+    _check_reachable("auto")  # resolved by Ray itself
