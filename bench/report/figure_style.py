@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import textwrap
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import matplotlib
 import numpy as np
@@ -112,7 +112,7 @@ def series_lines(ax, grp: pd.DataFrame, metric: str, styles: dict, dcp, **kw) ->
 
 
 def shared_legend(fig: Figure, axes, title: str | None = None, ncol: int = 4) -> None:
-    seen: dict[str, object] = {}
+    seen: dict[str, Any] = {}
     for ax in np.ravel(axes):
         for h, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, h)
