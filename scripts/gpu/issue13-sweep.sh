@@ -8,9 +8,10 @@
 #   SHAPES   ','-separated shapes (CONCxINxOUT) to run on each
 #   LAYERS   another depth than the profile's 61 (development; its own results folder)
 #   SERVER_S seconds one server needs (start + its points) before it is started (default 230)
+#   SEED     a results folder to continue (copied to the machine's results folder first, then --resume): the
+#            committed reports/examples/kimi-rank-h200/results, so new points join the first sweep's
 set -uo pipefail
-export PYTHONPATH=/tmp/site:$PWD VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 BENCH_VLLM_CACHE=/tmp/vllm-cache
-export BENCH_GIT_SHA=${BENCH_GIT_SHA:-unknown}
+source scripts/gpu/common.sh
 budget=${1:?usage: issue13-sweep.sh BUDGET_SECONDS}
 engines=${ENGINES:-"no-spec dcp1 k0;FLASHMLA/fp8 dcp1 k3;FLASHMLA/auto dcp1 k3;TRITON_MLA/fp8 dcp1 k3;TRITON_MLA/auto dcp1 k3"}
 shapes=${SHAPES:-"1x1024x256,8x1024x256,32x1024x256,1x8192x256,8x8192x256,32x8192x256"}
@@ -20,9 +21,9 @@ if [ -n "${LAYERS:-}" ]; then
   sed "s/layers=61/layers=$LAYERS/" $prof > /tmp/kimi-rank-l$LAYERS.toml; prof=/tmp/kimi-rank-l$LAYERS.toml
   res=/tmp/res/kimi-rank-l$LAYERS
 fi
+if [ -n "${SEED:-}" ] && [ ! -e $res/manifest.json ]; then mkdir -p /tmp/res && cp -r "$SEED" $res; fi
 [ -e /tmp/bench-patched ] || { python -m bench patch apply && touch /tmp/bench-patched; } || exit 1
 python -m bench patch status > "$OUT/patch-status.txt"
-nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
 nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 5 >> /tmp/gpu-mem.csv &
 smi=$!
 python - "$prof" > "$OUT/estimate.txt" <<'PY'
