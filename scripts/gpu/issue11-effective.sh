@@ -15,7 +15,7 @@ one() {  # NAME KEYS V2(0|1)
   [ -e $out/manifest.json ] && grep -q '"status": "ok"' $out/points/*.json 2>/dev/null && { echo "== $1 done"; return; }
   echo "== $1"
   if [ "$3" = 1 ]; then export VLLM_USE_V2_MODEL_RUNNER=1; else unset VLLM_USE_V2_MODEL_RUNNER; fi
-  timeout 400 python -m bench sweep $prof --out $out --draft-keys $2 2>&1 | grep -vE "^\[?(INFO|DEBUG)" \
+  timeout 170 python -m bench sweep $prof --out $out --draft-keys $2 2>&1 | grep -vE "^\[?(INFO|DEBUG)" \
     | tee "$OUT/sweep-$1.log" | tail -6
   unset VLLM_USE_V2_MODEL_RUNNER
 }
