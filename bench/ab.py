@@ -56,9 +56,15 @@ def run_ab(
     repeat: int = 1,
     alpha: float = 0.05,
     expected_noise: float = CPU_AA_BETWEEN_CV,
+    ray: str | None = None,
 ) -> int:
     """Each round starts one server per engine config on each side: rounds = server starts a side, the unit of
-    the comparison. Refuses a design that cannot reach alpha; says what change it can detect before running."""
+    the comparison. Refuses a design that cannot reach alpha; says what change it can detect before running.
+    `ray`: each sweep runs on that cluster (`sweep --ray`; bench.distributed.ab_rounds says what else)."""
+    from bench.distributed import ab_rounds
+
+    if ray is not None:
+        ab_rounds.check_envs([a.patch, b.patch])
     out = Path(out or REPO / "reports" / f"ab-{Path(profile).stem}-{dt.datetime.now():%Y%m%d-%H%M%S}")
     if (out / "baseline").exists() or (out / "candidate").exists():
         raise BenchError(f"{out} already holds an A/B run")
@@ -84,15 +90,18 @@ def run_ab(
                     str(repeat),
                     "--draft-keys",
                     env.draft_keys,
+                    *(ab_rounds.sweep_args(ray, out, r, order[0][0] if side != order[0][0] else None) if ray else []),
                 ],
             )
             if rc not in (ExitCode.OK, ExitCode.POINTS_FAILED):  # failed points are data; compare gates them
                 raise BenchError(f"{side} round {r} failed (exit {rc})")
+            if ray is not None:
+                ab_rounds.check_side(out, side, r)
     from bench.compare import compare_dirs, compare_markdown, regressions
     from bench.store import atomic_write_bytes
 
     result = compare_dirs(out / "baseline", out / "candidate", alpha=alpha)
-    text = compare_markdown(result)
+    text = compare_markdown(result) + (ab_rounds.nodes_markdown(out, rounds) if ray is not None else "")
     atomic_write_bytes(out / "compare.md", text.encode())
     print(text)
     return ExitCode.GATE_FAILED if len(regressions(result)) else ExitCode.OK

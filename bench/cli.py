@@ -63,6 +63,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         nsys=args.nsys,
         draft_keys=args.draft_keys,
         ray=args.ray,
+        ray_same_nodes=args.ray_same_nodes,
     )
     if args.dry_run:
         print(dry_run(request))
@@ -121,6 +122,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             out=args.out,
             num_prompts=args.num_prompts,
             quiet=args.quiet,
+            ray=args.ray,
         )
     )
     if job.nsys is None:
@@ -183,6 +185,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         repeat=args.repeat,
         alpha=args.alpha,
         expected_noise=args.expected_noise,
+        ray=args.ray,
     )
 
 

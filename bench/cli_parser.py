@@ -74,13 +74,23 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         help="pass the draft backend / KV dtype as draft_* keys (needs the patch) or as vLLM's "
         "attention_backend / kv_cache_dtype (unpatched vLLM)",
     )
+    _add_ray(sweep, "run the engine configs", "; with --dry-run, NxG describes one (N nodes of G GPUs) without joining")
     sweep.add_argument(
+        "--ray-same-nodes",
+        type=Path,
+        metavar="DIR",
+        help="with --ray: run each engine config on the node that ran it in the --ray results directory DIR "
+        "(while that node is alive; ab --ray uses it for a round's second side)",
+    )
+
+
+def _add_ray(parser: argparse.ArgumentParser, what: str, more: str = "") -> None:
+    parser.add_argument(
         "--ray",
         nargs="?",
         const="auto",
         metavar="ADDRESS",
-        help="run the engine configs on a Ray cluster (ADDRESS, default auto: RAY_ADDRESS or this node's cluster); "
-        "with --dry-run, NxG describes one (N nodes of G GPUs) without joining",
+        help=f"{what} on a Ray cluster (ADDRESS, default auto: RAY_ADDRESS or this node's cluster){more}",
     )
 
 
@@ -100,6 +110,7 @@ def _add_profile(sub: argparse._SubParsersAction) -> None:
         "--num-prompts", type=int, help="measured requests (default: the point's; fewer = a smaller trace)"
     )
     prof.add_argument("--quiet", action="store_true")
+    _add_ray(prof, "run the point", "; nsys is the node's (or --nsys PATH there), else the timing mode")
 
 
 def _add_compare(sub: argparse._SubParsersAction) -> None:
@@ -138,6 +149,7 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
         default=0.063,
         help="between-server-start CV of throughput to plan for (default: what the committed CPU A/A measured)",
     )
+    _add_ray(ab, "run each round's sweeps", "; a round's second side on the first side's nodes")
 
 
 def _add_models(sub: argparse._SubParsersAction) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from bench.distributed.placement import is_cluster_outcome
+from bench.distributed.placement import NSYS_ON_NODE, is_cluster_outcome
 from bench.environment import collect_environment
 from bench.errors import BenchError
 from bench.executor import Progress, SweepContext, base_record, now, run_engine
@@ -42,6 +42,7 @@ class SweepOptions:
     extra_env: Mapping[str, str] = field(default_factory=dict)  # for every server
     capture: Capture | None = None  # profile every point run (bench.profiling.session)
     ray: str | None = None  # run the engine configs on the Ray cluster at this address (bench.distributed)
+    ray_pins: Mapping[str, str] = field(default_factory=dict)  # engine id -> the only node id it may run on
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +61,7 @@ class SweepRequest:
     nsys: str | None = None  # the nsys binary (default: found on PATH / known places)
     draft_keys: str = "legacy"
     ray: str | None = None  # a Ray cluster's address ("auto": RAY_ADDRESS / this node's); NxG describes one (dry run)
+    ray_same_nodes: Path | None = None  # with ray: each engine config on the node that ran it in this results dir
 
 
 @dataclass(frozen=True)
@@ -82,14 +84,16 @@ def dry_run(request: SweepRequest) -> str:
 
 
 def sweep(request: SweepRequest) -> SweepOutcome:
-    """Plan, run and report a sweep on this machine."""
+    """Plan, run and report a sweep on this machine (or, with ray, on that cluster)."""
+    pins = _pins(request)
     plan = _plan(request, dry_run=False)
     out = request.out or Path("reports") / f"{plan.profile.name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
     from bench.profiling.session import Capture, capture_problem, find_nsys
 
     capture = None
-    if request.profile_points:
-        capture = Capture(Path(out) / "profile", find_nsys(request.nsys))
+    if request.profile_points:  # on a cluster the node that runs the server finds its nsys (or checks --nsys)
+        nsys = (request.nsys or NSYS_ON_NODE) if request.ray is not None else find_nsys(request.nsys)
+        capture = Capture(Path(out) / "profile", nsys)
     options = SweepOptions(
         resume=request.resume,
         rerun_failed=request.rerun_failed,
@@ -97,6 +101,7 @@ def sweep(request: SweepRequest) -> SweepOutcome:
         draft_keys=request.draft_keys,
         capture=capture,
         ray=request.ray,
+        ray_pins=pins,
     )
     store = run_sweep(plan, out, options)
     records = store.points().values()
@@ -105,6 +110,16 @@ def sweep(request: SweepRequest) -> SweepOutcome:
     measured = {p["engine_id"] for p in records if p["status"] == "ok"}
     problem = capture_problem(capture.outputs, measured) if capture else None
     return SweepOutcome(store.root, build_report_safely(store.root), counts, problem)
+
+
+def _pins(request: SweepRequest) -> dict[str, str]:
+    if request.ray_same_nodes is None:
+        return {}
+    if request.ray is None:
+        raise BenchError("--ray-same-nodes needs --ray")
+    from bench.distributed.ledger import same_nodes_as
+
+    return same_nodes_as(request.ray_same_nodes)
 
 
 def _plan(request: SweepRequest, dry_run: bool) -> Plan:
@@ -166,7 +181,7 @@ def _run_points(plan: Plan, store: SweepStore, existing: dict[str, dict], option
         if options.ray is not None:
             from bench.distributed.driver import run_on_ray
 
-            run_on_ray(ctx, todo, options.ray)
+            run_on_ray(ctx, todo, options.ray, options.ray_pins)
         else:
             for engine, points in todo:
                 run_engine(ctx, engine, points)

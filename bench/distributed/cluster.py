@@ -63,10 +63,19 @@ def read_cluster(address: str | None = None) -> Cluster:
     gpus = sum(n["Resources"].get(GPU_RESOURCE, 0) for n in alive)
     resource, platform = (GPU_RESOURCE, "gpu") if gpus else (SLOT_RESOURCE, "cpu")
     nodes = tuple(
-        Node(n["NodeID"], n.get("NodeName") or n.get("NodeManagerAddress", "?"), int(n["Resources"].get(resource, 0)))
+        Node(
+            n["NodeID"],
+            n.get("NodeName") or n.get("NodeManagerAddress", "?"),
+            int(n["Resources"].get(resource, 0)),
+            _accelerator(n["Resources"]),
+        )
         for n in sorted(alive, key=lambda n: (not n["Resources"].get("node:__internal_head__"), n["NodeID"]))
     )
     return Cluster(nodes, resource, platform, address)
+
+
+def _accelerator(resources: dict[str, float]) -> str:
+    return next((k.split(":", 1)[1] for k in sorted(resources) if k.startswith("accelerator_type:")), "")
 
 
 def accelerator_arch() -> str | None:
@@ -91,10 +100,13 @@ def cluster_machine(cluster: Cluster, local: Machine, arch: str | None) -> Machi
     return Machine("cpu", cpu=local.cpu, cpu_count=local.cpu_count, extra={"ray": cluster.describe()})
 
 
-def reserve(placement: Placement, resource: str, avoid_node: str | None = None) -> PlacementGroup:
+def reserve(
+    placement: Placement, resource: str, avoid_node: str | None = None, on_node: str | None = None
+) -> PlacementGroup:
     """A placement group for one engine: one bundle of all its accelerators, packed on one node (the engine's task
     runs in it, and Ray gives the server exactly those devices); or one bundle per accelerator, packed on the fewest
-    nodes, for a multi-node engine. `avoid_node`: a re-run goes to another node than the one it was lost on."""
+    nodes, for a multi-node engine. `avoid_node`: a re-run goes to another node than the one it was lost on.
+    `on_node`: only that node (an A/B round's second side on the node that ran its first)."""
     ray = import_ray()
     from ray.util.placement_group import NODE_ID_LABEL_KEY, placement_group
 
@@ -103,8 +115,10 @@ def reserve(placement: Placement, resource: str, avoid_node: str | None = None) 
         strategy = "STRICT_PACK"
     else:
         bundles, strategy = [{resource: 1.0} for _ in range(placement.gpus)], "PACK"
-    selector = [{NODE_ID_LABEL_KEY: f"!{avoid_node}"} for _ in bundles] if avoid_node else None
-    log.debug("placement group %s %s (avoid %s) via ray %s", bundles, strategy, avoid_node, ray.__version__)
+    selector = None
+    if avoid_node or on_node:
+        selector = [{NODE_ID_LABEL_KEY: on_node or f"!{avoid_node}"} for _ in bundles]
+    log.debug("placement group %s %s (%s) via ray %s", bundles, strategy, selector, ray.__version__)
     return placement_group(bundles, strategy=strategy, bundle_label_selector=selector)
 
 

@@ -15,14 +15,16 @@ creates its own (vLLM cannot join a group made by another process).
 
 from __future__ import annotations
 
-import json
 import logging
+import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.distributed import cluster as C
+from bench.distributed.ledger import LEDGER, read_ledger
 from bench.distributed.placement import NODE_LOST, Cluster, Placement, place, skip_reason
 from bench.distributed.view import PlainView, Tracker, make_view
 from bench.distributed.worker import EngineJob, run_job
@@ -32,7 +34,6 @@ from bench.plan import EngineConfig, Point
 from bench.store import atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger(__name__)
-LEDGER = "cluster.json"  # where each engine config ran, every attempt and every lost node
 WAIT_S = 1.0
 CHECK_S = 10.0  # how often queued work is checked against the nodes still alive
 
@@ -44,10 +45,12 @@ class _Job:
     placement: Placement
     attempt: int = 0
     avoid: str | None = None  # node id it was lost on
+    pin: str | None = None  # the only node it may run on (sweep --ray-same-nodes), while that node is alive
     pg: Any = None
     gen: Any = None
     node: str = ""
     node_name: str = "-"
+    python: str = ""  # the interpreter the node ran it with
     phase: str = "queued"
     done: set[str] = field(default_factory=set)
     ended: bool = False
@@ -58,13 +61,14 @@ class _Job:
 
 
 class RayRunner:
-    def __init__(self, ctx: SweepContext, cluster: Cluster, view: PlainView, tracker: Tracker):
-        self.ctx, self.cluster, self.view, self.tracker = ctx, cluster, view, tracker
+    def __init__(self, ctx: SweepContext, cluster: Cluster, view: PlainView, tracker: Tracker, pins: Mapping[str, str]):
+        self.ctx, self.cluster, self.view, self.tracker, self.pins = ctx, cluster, view, tracker, pins
         self.running: list[_Job] = []
-        nodes = [{"node_id": n.node_id, "name": n.name, "slots": n.slots} for n in cluster.nodes]
+        nodes = [{"node_id": n.node_id, "name": n.name, "slots": n.slots, "kind": n.kind} for n in cluster.nodes]
         self.attempts: list[dict] = []  # this run's; earlier runs (before a --resume) stay in the ledger
         run = {"started": now(), "address": cluster.address, "resource": cluster.resource, "nodes": nodes}
-        self.ledger = _read_ledger(ctx.store.root / LEDGER)
+        run["python"] = sys.executable  # what the nodes run when they have it (bench.distributed.worker)
+        self.ledger = read_ledger(ctx.store.root / LEDGER)
         self.ledger["runs"].append({**run, "attempts": self.attempts})
         self.last_check = time.monotonic()
 
@@ -76,13 +80,25 @@ class RayRunner:
             if placement.problem:
                 self._skip(engine, points, placement)
             else:
-                (multi if placement.multi_node else single).append(_Job(engine, points, placement))
+                job = _Job(engine, points, placement, pin=self._pin(engine, placement))
+                (multi if placement.multi_node else single).append(job)
         for job in single:
             self._submit(job)
         self._drain()
         for job in multi:
             self._submit(job)
             self._drain()
+
+    def _pin(self, engine: EngineConfig, placement: Placement) -> str | None:
+        """The node `engine` must run on (--ray-same-nodes), when that node is alive and can hold it alone."""
+        node_id = self.pins.get(engine.id)
+        if node_id is None:
+            return None
+        node = next((n for n in self.cluster.nodes if n.node_id == node_id), None)
+        if node is None or placement.multi_node or node.slots < placement.gpus:
+            self.view.say(f"{engine.id}: node {node_id[:6]} of --ray-same-nodes cannot run it now; runs anywhere")
+            return None
+        return node_id
 
     def stop(self) -> None:
         """Cancel what still runs (its worker dies, and bench.guard stops its server) and free the reservations."""
@@ -114,12 +130,13 @@ class RayRunner:
             capture=self.ctx.capture is not None,
             nsys=self.ctx.capture.nsys if self.ctx.capture else None,
             attempt=job.attempt,
+            python=sys.executable,
         )
         remote = ray.remote(max_retries=0, num_cpus=0)(run_job)  # the driver re-queues, once, itself
         if job.placement.multi_node:
             job.gen = self._submit_multi(job, task, remote)
         else:
-            job.pg = C.reserve(job.placement, self.cluster.resource, job.avoid)
+            job.pg = C.reserve(job.placement, self.cluster.resource, job.avoid, job.pin)
             strategy = PlacementGroupSchedulingStrategy(job.pg, placement_group_bundle_index=0)
             job.gen = remote.options(scheduling_strategy=strategy, **self._holding(job.placement.gpus)).remote(task)
         self.running.append(job)
@@ -185,9 +202,12 @@ class RayRunner:
             job.node = event["node_id"]
             job.node_name = next((n.short for n in self.cluster.nodes if n.node_id == job.node), event["host"])
             self.tracker.node(job.key, job.node_name)
+            job.python = event.get("python", "")
+            if job.python and job.python != sys.executable:
+                self.view.say(f"{job.node_name} has no {sys.executable}: {job.engine.id} runs with {job.python}")
         elif kind == "phase":
             job.phase = event["phase"]
-            self.tracker.phase(job.key, event["phase"], event.get("index", 0))
+            self.tracker.phase(job.key, event["phase"], event.get("index", 0), event.get("profiled", False))
             self.view.changed(job.key)
         elif kind == "point":
             job.done.add(event["point"])
@@ -212,9 +232,10 @@ class RayRunner:
     def _captures(self, outputs: list[dict]) -> None:
         assert self.ctx.capture is not None
         root = str(self.ctx.store.root.resolve()) + "/"
-        for item in outputs:
-            tables = item.get("tables") or {}
-            item["tables"] = {k: root + v for k, v in tables.items()}
+        for item in outputs:  # the timing mode's tables, and each nsys report's: relative on the node, ours here
+            for holder in [item, *item.get("reports", [])]:
+                if holder.get("tables"):
+                    holder["tables"] = {k: root + v for k, v in holder["tables"].items()}
         self.ctx.capture.outputs.extend(outputs)
         atomic_write_json(self.ctx.store.root / "profile" / "captures.json", self.ctx.capture.outputs)
 
@@ -264,6 +285,8 @@ class RayRunner:
                 "node_id": job.node or None,
                 "node": job.node_name,
                 "outcome": outcome,
+                "pinned": job.pin,
+                "python": job.python or None,
                 "points_recorded": sorted(job.done),
                 "points_lost": sorted(p.id for p in job.points if p.id not in job.done) if lost else [],
                 "finished": now(),
@@ -276,10 +299,14 @@ class RayRunner:
         """Queued work that no alive node can hold any more (its nodes were lost) fails as node-lost."""
         self.last_check = time.monotonic()
         self.cluster = C.read_cluster(self.cluster.address)
+        alive = {n.node_id for n in self.cluster.nodes}
         for job in list(self.running):
-            if not job.node and place(job.engine, self.cluster).problem:
+            if job.node:
+                continue
+            if place(job.engine, self.cluster).problem or (job.pin and job.pin not in alive):
                 C.import_ray().cancel(job.gen, force=True)
-                self._lost(job, "no alive node can hold it")
+                gone = " (its --ray-same-nodes node is gone)" if job.pin and job.pin not in alive else ""
+                self._lost(job, f"no alive node can hold it{gone}")
 
     def _fail(self, point: Point, reason: str, detail: str, job: _Job) -> None:
         store = self.ctx.store
@@ -305,16 +332,6 @@ class RayRunner:
         atomic_write_json(self.ctx.store.root / LEDGER, self.ledger)
 
 
-def _read_ledger(path: Path) -> dict[str, Any]:
-    try:
-        ledger = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {"runs": []}
-    except ValueError as exc:
-        raise BenchError(f"{path} is not readable JSON ({exc}); move it away to start a new ledger") from None
-    return ledger if isinstance(ledger.get("runs"), list) else {"runs": []}
-
-
 def _inside(root: Path, rel: str) -> Path:
     path = root / rel
     if ".." in Path(rel).parts or Path(rel).is_absolute():
@@ -323,13 +340,19 @@ def _inside(root: Path, rel: str) -> Path:
     return path
 
 
-def run_on_ray(ctx: SweepContext, todo: list[tuple[EngineConfig, list[Point]]], address: str) -> None:
-    """Run the engine configurations of `todo` on the cluster at `address`; every point ends with a record."""
+def run_on_ray(
+    ctx: SweepContext,
+    todo: list[tuple[EngineConfig, list[Point]]],
+    address: str,
+    pins: Mapping[str, str] | None = None,
+) -> None:
+    """Run the engine configurations of `todo` on the cluster at `address`; every point ends with a record.
+    `pins`: engine id -> the node id it runs on while that node is alive (sweep --ray-same-nodes)."""
     cluster = C.connect(address)
     tracker = Tracker(sum(len(p) for _, p in todo), max(1, len(cluster.nodes)))
     view = make_view(tracker, ctx.progress.quiet)
     view.say(f"ray: {cluster.describe()}")
-    runner = RayRunner(ctx, cluster, view, tracker)
+    runner = RayRunner(ctx, cluster, view, tracker, pins or {})
     try:
         runner.run(todo)
     finally:

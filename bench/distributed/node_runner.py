@@ -8,7 +8,8 @@ the guard's lifeline reads EOF and it stops the group. When the worker dies with
 stdin (a pipe from the worker) reads EOF and it exits, with the same effect.
 
 It runs the local executor unchanged into ROOT (job.pkl there says what) and prints one JSON event per line on
-stdout: the phase (loading, running point i), each point saved, and at the end any error and the captures.
+stdout: the phase (loading, running point i, profiled when a capture is attached, exporting the capture after the
+server stopped), each point saved, and at the end any error and the captures.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from bench.distributed.placement import NSYS_ON_NODE
 from bench.executor import Progress, SweepContext, run_engine
 from bench.plan import Point
+from bench.profiling.session import Capture, find_nsys
 from bench.store import SweepStore
 
 if TYPE_CHECKING:
@@ -39,9 +42,9 @@ def emit(out: TextIO, event: dict) -> None:
 class EventProgress(Progress):
     """The executor's progress calls, as phase events."""
 
-    def __init__(self, total: int, out: TextIO):
+    def __init__(self, total: int, out: TextIO, profiled: bool = False):
         super().__init__(total, quiet=False)
-        self.out, self.index = out, 0
+        self.out, self.index, self.profiled = out, 0, profiled
 
     def say(self, text: str) -> None:
         pass
@@ -51,7 +54,8 @@ class EventProgress(Progress):
             emit(self.out, {"event": "phase", "phase": "loading", "point": None})
         elif what.startswith("running"):
             self.index += 1
-            emit(self.out, {"event": "phase", "phase": "running", "point": point.id, "index": self.index})
+            event = {"event": "phase", "phase": "running", "point": point.id, "index": self.index}
+            emit(self.out, {**event, "profiled": self.profiled})
 
     def finished(self, point: Point, status: str, summary: str = "") -> None:
         self.done += 1
@@ -69,15 +73,26 @@ class EventStore(SweepStore):
         emit(self.out, {"event": "point", "point": record["point_id"], "status": record["status"]})
 
 
+class EventCapture(Capture):
+    """The capture of this node's server; its export after the server stopped (nsys: minutes for a long trace) is
+    a phase of its own, so the live view does not show the last point running all that time."""
+
+    def __init__(self, out_dir: Path, nsys: str | None, out: TextIO):
+        super().__init__(out_dir, nsys)
+        self.events = out
+
+    def finalize(self, engine_id: str, server_log: str = "") -> dict:
+        emit(self.events, {"event": "phase", "phase": "exporting", "point": None})
+        return super().finalize(engine_id, server_log)
+
+
 def context(job: EngineJob, root: Path, out: TextIO) -> SweepContext:
     capture = None
-    if job.capture:
-        from bench.profiling.session import Capture
-
-        capture = Capture(root / "profile", job.nsys)
+    if job.capture:  # nsys as found on this node, or the path the driver was given (checked here, where it runs)
+        capture = EventCapture(root / "profile", find_nsys(None if job.nsys == NSYS_ON_NODE else job.nsys), out)
     return SweepContext(
         store=EventStore(root, out),
-        progress=EventProgress(len(job.points), out),
+        progress=EventProgress(len(job.points), out, profiled=capture is not None),
         plan=job.plan,
         draft_keys=job.draft_keys,
         extra_env=job.extra_env,
@@ -99,13 +114,13 @@ def main(argv: list[str]) -> int:
     out = os.fdopen(os.dup(1), "w")  # the event channel; a stray print goes to stderr, not into it
     os.dup2(2, 1)
     threading.Thread(target=_exit_with_the_worker, daemon=True).start()
-    ctx = context(job, root, out)
-    error = None
+    error, captures = None, []
     try:
+        ctx = context(job, root, out)  # inside: an --nsys path this node lacks is the error the driver records
+        captures = ctx.capture.outputs if ctx.capture else []
         run_engine(ctx, job.engine, job.points)
     except Exception as exc:  # reported; the driver fails the points left with it
         error = f"{type(exc).__name__}: {exc}"
-    captures = ctx.capture.outputs if ctx.capture else []
     emit(out, {"event": "done", "error": error, "captures": json.loads(json.dumps(captures, default=str))})
     return 0
 

@@ -18,6 +18,7 @@ from bench.plan import EngineConfig, Plan
 GPU_RESOURCE = "GPU"
 SLOT_RESOURCE = "bench_gpu"  # on CPU clusters: `ray start --resources '{"bench_gpu": N}'`
 NODE_LOST = "node-lost"  # the reason of a point whose node was lost or whose worker was killed
+NSYS_ON_NODE = "on-node"  # a capture's nsys: the one found on the node that runs the server (not the driver's)
 CLUSTER_SKIP = "cluster: "  # skip reasons that are the cluster's, not the plan's (a --resume may run them)
 _HYPOTHETICAL = re.compile(r"^(\d+)x(\d+)$")
 
@@ -27,6 +28,7 @@ class Node:
     node_id: str  # Ray's hex node id ("" for a described node)
     name: str  # Ray's node name (its IP unless `ray start --node-name`)
     slots: int  # accelerators: GPUs, or SLOT_RESOURCE on a CPU cluster
+    kind: str = ""  # the accelerator type Ray reports (e.g. H200); "" on CPU nodes
 
     @property
     def short(self) -> str:

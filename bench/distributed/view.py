@@ -1,5 +1,6 @@
 """The live view of a sweep spread over a Ray cluster: each running engine configuration's node and phase
-(queued / loading / capturing / running point i of n), points done, and an ETA from the start-up and point times
+(queued / loading / capturing CUDA graphs / running point i of n, profiled when a capture is attached / exporting
+the capture), points done, and an ETA from the start-up and point times
 measured so far. A rich table when stderr is a terminal, one plain line per change otherwise (logs, CI).
 
 `Tracker` holds the state and the ETA and takes its clock as a parameter, so the arithmetic is tested with a
@@ -28,6 +29,7 @@ class Lane:
     done: int = 0
     since: float | None = None  # when the current phase began
     started: float | None = None  # when loading began (its start-up is measured from there)
+    profiled: bool = False  # its points run with a capture attached (bench profile, sweep --profile-points)
 
 
 @dataclass
@@ -46,8 +48,11 @@ class Tracker:
     def node(self, key: str, node: str) -> None:
         self.lanes[key].node = node
 
-    def phase(self, key: str, phase: str, index: int = 0) -> None:
+    def phase(self, key: str, phase: str, index: int = 0, profiled: bool = False) -> None:
+        """`capturing` is the server's CUDA graph capture, part of its start-up; `exporting` is a profile capture's
+        export after the server stopped."""
         lane, now = self.lanes[key], self.clock()
+        lane.profiled = lane.profiled or profiled
         if phase == "loading" and lane.started is None:
             lane.started = now
         if phase == "running" and lane.phase in ("loading", "capturing") and lane.started is not None:
@@ -69,7 +74,9 @@ class Tracker:
 
     def phase_text(self, lane: Lane) -> str:
         if lane.phase == "running":
-            return f"running point {lane.index} of {lane.points}"
+            return f"running point {lane.index} of {lane.points}" + (", profiled" if lane.profiled else "")
+        if lane.phase == "exporting":
+            return "exporting the profile"
         return lane.phase
 
     def eta_s(self) -> float | None:

@@ -45,8 +45,11 @@ class EngineJob:
     extra_env: dict[str, str] = field(default_factory=dict)
     server_args: tuple[str, ...] = ()  # a multi-node engine: --distributed-executor-backend ray
     capture: bool = False  # profile every point (bench.profiling.session.Capture)
-    nsys: str | None = None
+    nsys: str | None = None  # a path, or placement.NSYS_ON_NODE: found on the node
     attempt: int = 0
+    # The interpreter of the node runner and so of vLLM (the driver's, where the node has that path: an A/B side's
+    # environment); None or absent there: this Ray worker's own.
+    python: str | None = None
 
 
 class _FileSync:
@@ -103,12 +106,14 @@ def run_job(job: EngineJob) -> Iterator[dict[str, Any]]:
     """The task: run one engine configuration on this node, yielding events (see the module docstring)."""
     import ray
 
-    yield {"event": "node", "node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname()}
+    python = node_python(job)
+    node_id = ray.get_runtime_context().get_node_id()
+    yield {"event": "node", "node_id": node_id, "host": socket.gethostname(), "python": python}
     # Short: vLLM's IPC sockets live under it (run/<engine>/rpc/<uuid>), and a socket path has 107 bytes at most.
     root = Path(tempfile.mkdtemp(prefix="bench-"))
     (root / JOB_FILE).parent.mkdir(parents=True)
     (root / JOB_FILE).write_bytes(pickle.dumps(job))
-    runner = _start_runner(root, job)
+    runner = _start_runner(root, job, python)
     events: queue.Queue = queue.Queue()
     assert runner.stdout is not None
     threading.Thread(target=_read_events, args=(runner.stdout, events), daemon=True).start()
@@ -121,14 +126,18 @@ def run_job(job: EngineJob) -> Iterator[dict[str, Any]]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _start_runner(root: Path, job: EngineJob) -> subprocess.Popen:
+def node_python(job: EngineJob) -> str:
+    return job.python if job.python and os.access(job.python, os.X_OK) else sys.executable
+
+
+def _start_runner(root: Path, job: EngineJob, python: str) -> subprocess.Popen:
     env = dict(os.environ)
     _drop_rays_thread_limit(env)
     if job.server_args and not env.get("CUDA_VISIBLE_DEVICES", "x"):
         env.pop("CUDA_VISIBLE_DEVICES")  # Ray's "no GPU" for this task: vLLM's own Ray workers get the GPUs
     with open(root / RUNNER_LOG, "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "bench.distributed.node_runner", str(root)],
+            [python, "-m", "bench.distributed.node_runner", str(root)],
             stdin=subprocess.PIPE,  # held open by this worker: its EOF tells the runner the worker is gone
             stdout=subprocess.PIPE,
             stderr=log,

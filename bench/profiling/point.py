@@ -1,5 +1,7 @@
 """`bench profile`: one sweep point under Nsight Systems (or the in-process timing mode when nsys is absent),
-run as a one-point sweep with a capture attached, then its report; and `profile analyze` of an nsys export."""
+run as a one-point sweep with a capture attached, then its report; and `profile analyze` of an nsys export.
+With `ray`, that one-point sweep runs on a cluster node like any `sweep --ray` (its profile files come back into
+the results directory here), and nsys is the node's."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ class ProfileRequest:
     out: Path | None = None  # default: reports/profile-<profile>-<point>-<time>
     num_prompts: int | None = None  # measured requests (default: the point's); fewer = a smaller trace
     quiet: bool = False
+    ray: str | None = None  # run the point on the Ray cluster at this address (bench.distributed)
 
 
 @dataclass(frozen=True)
@@ -32,8 +35,9 @@ class ProfileJob:
     plan: Plan
     point: Point
     out: Path
-    nsys: str | None  # None: the in-process timing mode
+    nsys: str | None  # None: the in-process timing mode; placement.NSYS_ON_NODE: the cluster node's, if any
     quiet: bool
+    ray: str | None = None
 
 
 @dataclass(frozen=True)
@@ -46,20 +50,37 @@ class ProfileOutcome:
 
 
 def prepare_profile(request: ProfileRequest) -> ProfileJob:
-    """Choose the point and the capture mode for `request` on this machine; runs nothing."""
-    from bench.hardware import detect_machine
-    from bench.plan import make_plan
-    from bench.profile import load_profile
-    from bench.profiling.session import find_nsys
-
-    machine = detect_machine()
-    plan = make_plan(load_profile(request.profile, machine.platform), machine)
+    """Choose the point and the capture mode for `request` on this machine (or its cluster); runs nothing."""
+    plan = _plan(request)
     point = choose_point(plan, request.point, request.num_prompts)
-    nsys = None if request.no_nsys else find_nsys(request.nsys)
+    nsys = None if request.no_nsys else _nsys(request)
     stamp = f"{dt.datetime.now():%Y%m%d-%H%M%S}"
     out = request.out or Path("reports") / f"profile-{plan.profile.name}-{point.id}-{stamp}"
     single = Plan(plan.profile, plan.machine, [(point.engine, [point])], [])
-    return ProfileJob(single, point, Path(out), nsys, request.quiet)
+    return ProfileJob(single, point, Path(out), nsys, request.quiet, request.ray)
+
+
+def _plan(request: ProfileRequest) -> Plan:
+    if request.ray is not None:  # planned for the cluster's platform and accelerators, as sweep --ray does
+        from bench.distributed.planning import ray_plan
+
+        return ray_plan(request.ray, request.profile, repeat=None, points=None)
+    from bench.hardware import detect_machine
+    from bench.plan import make_plan
+    from bench.profile import load_profile
+
+    machine = detect_machine()
+    return make_plan(load_profile(request.profile, machine.platform), machine)
+
+
+def _nsys(request: ProfileRequest) -> str | None:
+    if request.ray is not None:  # the node that runs the server finds its own nsys, or checks the --nsys path
+        from bench.distributed.placement import NSYS_ON_NODE
+
+        return request.nsys or NSYS_ON_NODE
+    from bench.profiling.session import find_nsys
+
+    return find_nsys(request.nsys)
 
 
 def choose_point(plan: Plan, prefix: str | None, num_prompts: int | None) -> Point:
@@ -82,7 +103,7 @@ def run_profile(job: ProfileJob) -> ProfileOutcome:
     from bench.sweep import SweepOptions, build_report_safely, run_sweep
 
     capture = Capture(job.out / "profile", job.nsys)
-    store = run_sweep(job.plan, job.out, SweepOptions(quiet=job.quiet, capture=capture))
+    store = run_sweep(job.plan, job.out, SweepOptions(quiet=job.quiet, capture=capture, ray=job.ray))
     summary = build_report_safely(store.root)  # a report that fails to build must not hide the exit code
     report_html = summary.parent / "report.html" if summary else None
     record = store.points().get(job.point.id) or {"status": "missing", "reason": "no record", "detail": ""}

@@ -196,7 +196,7 @@ def test_a_runner_killed_by_a_signal_is_a_lost_worker_one_that_failed_is_an_erro
 
 
 def test_the_ledger_keeps_earlier_runs(tmp_path):
-    from bench.distributed.driver import _read_ledger
+    from bench.distributed.ledger import read_ledger as _read_ledger
     from bench.errors import BenchError
 
     assert _read_ledger(tmp_path / "cluster.json") == {"runs": []}

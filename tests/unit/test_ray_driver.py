@@ -53,7 +53,7 @@ class FakeRay:
     gives the events of each task (an exception instance: ray.get raises it)."""
 
     def __init__(self, script, nodes):
-        self.script, self.nodes, self.submitted, self.cancelled = script, nodes, [], []
+        self.script, self.nodes, self.submitted, self.cancelled, self.tasks = script, nodes, [], [], []
 
     def remote(self, **_):
         return lambda fn: SimpleNamespace(options=self._options)
@@ -64,6 +64,7 @@ class FakeRay:
     def _start(self, task):
         node = self.nodes[len(self.submitted) % len(self.nodes)] if task.attempt == 0 else self.nodes[0]
         self.submitted.append((task.engine.label(), task.attempt, node, [p.id for p in task.points]))
+        self.tasks.append(task)
         return FakeGen(self.script(task, node))
 
     def wait(self, gens, num_returns=1, timeout=None):
@@ -93,20 +94,39 @@ def events_ok(task, node):
 
 
 @pytest.fixture
-def run(monkeypatch, tmp_path):
-    def go(plan, script, nodes=("n1", "n2"), slots=1):
+def scripted(monkeypatch):
+    """Installs the scripted Ray (cluster.read_cluster then lists the nodes without n2); returns (fake, the
+    avoid_node of each reservation); `pinned` collects each reservation's on_node."""
+
+    def install(script, nodes=("n1", "n2"), slots=1, pinned=None):
         cluster = Cluster(tuple(Node(n, n, slots) for n in nodes), "bench_gpu", "cpu", "addr")
         fake = FakeRay(script, list(nodes))
         reserved = []
+
+        def reserve(placement, resource, avoid=None, on_node=None):
+            reserved.append(avoid)
+            if pinned is not None:
+                pinned.append(on_node)
+            return object()
+
         monkeypatch.setattr(C, "import_ray", lambda: fake)
         monkeypatch.setattr(C, "connect", lambda address: cluster)
         monkeypatch.setattr(C, "read_cluster", lambda address=None: cluster.without("n2"))
-        monkeypatch.setattr(C, "reserve", lambda placement, resource, avoid=None: reserved.append(avoid) or object())
+        monkeypatch.setattr(C, "reserve", reserve)
         monkeypatch.setattr(C, "release", lambda pg: None)
         monkeypatch.setattr(C, "is_lost", lambda exc: isinstance(exc, Lost))
+        return fake, reserved
+
+    return install
+
+
+@pytest.fixture
+def run(scripted, tmp_path):
+    def go(plan, script, nodes=("n1", "n2"), slots=1, pins=None, pinned=None):
+        fake, reserved = scripted(script, nodes, slots, pinned)
         store = SweepStore(tmp_path / "results")
         ctx = SweepContext(store=store, progress=Progress(0, quiet=True), plan=plan)
-        driver.run_on_ray(ctx, [(e, pts) for e, pts in plan.groups], "addr")
+        driver.run_on_ray(ctx, [(e, pts) for e, pts in plan.groups], "addr", pins)
         ledger = json.loads((store.root / driver.LEDGER).read_text())
         return store, fake, reserved, ledger["runs"][-1]["attempts"]
 
