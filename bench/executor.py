@@ -19,14 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from bench import affinity
 from bench import metrics as M
 from bench.effective import clear_records, load_records, mismatches, read_effective, record_env
 from bench.fmt import fmt
 from bench.launch import SERVED_NAME, server_spec
-from bench.loadgen import LoadAborted, RequestRecord, TextSettings, make_prompts, run_conversations, run_load
+from bench.loadgen import LoadAborted, RequestRecord, TextSettings, run_conversations, run_load
 from bench.plan import EngineConfig, Plan, Point, dataset_for
 from bench.server import ENGINE_FATAL, Server, ServerFailed, classify_log
 from bench.store import SweepStore, atomic_write_json
+from bench.waves import RandomLoad, random_trial
 from bench.workloads.point import Sampling
 
 if TYPE_CHECKING:
@@ -104,13 +106,14 @@ class RunningEngine:
 
 @dataclass(frozen=True)
 class Trial:
-    """One measured pass over a point's prompts: its raw rows, the spec-decode counters around it, and the
-    counts of each category measured in its own window (categories one after another)."""
+    """One measured pass over a point's prompts: its raw rows, the spec-decode counters around it, the counts of
+    each category measured in its own window (categories one after another), and its waves (bench.waves)."""
 
     rows: list[dict]
     before: dict
     after: dict
     windows: dict[str, dict] = field(default_factory=dict)
+    waves: dict = field(default_factory=dict)
 
 
 class PointAborted(Exception):
@@ -135,6 +138,8 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
     """Start the server for `engine`, run `points` on it, stop it; every point ends up with a record."""
     spec, vocab = server_spec(engine, ctx.store, ctx.plan.flavor, ctx.server_env(engine.id), ctx.draft_keys)
     spec.argv += ctx.server_args
+    setting = ctx.plan.profile.run.cpu_affinity  # cores this machine lacks: a user error before anything starts
+    cores = affinity.pin_server(setting, spec.env, ctx.plan.machine.platform == "cpu", engine.server)
     text = any(p.workload.is_text for p in points)
     spec.argv += (flag := M.request_spec_args(engine.num_speculative_tokens, dict(engine.server), text))
     if ctx.capture:
@@ -149,7 +154,9 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
             for p in points:
                 _fail(ctx, p, exc.reason, exc.detail, phase="startup")
             return
-        run_points(ctx, running, points)
+        with affinity.pinned_client(cores):
+            running.info["cpu_affinity"] = affinity.applied(setting, cores, spec.env, server.pids())
+            run_points(ctx, running, points)
     finally:
         # nsys finalizes its report on SIGTERM: give it time.
         server.stop(grace_s=600 if ctx.capture and ctx.capture.nsys else 20)
@@ -213,6 +220,7 @@ def _run_point(ctx: SweepContext, running: RunningEngine, point: Point) -> None:
     first: dict | None = None
     after: dict = {}
     windows: dict[str, dict] = {}  # per category, over the trials
+    warmup = None  # the first trial's warm-up waves (bench.waves)
     for number in range(ctx.plan.profile.run.repeat):
         try:
             trial = _run_trial(ctx, running, point, number)
@@ -220,12 +228,17 @@ def _run_point(ctx: SweepContext, running: RunningEngine, point: Point) -> None:
             ctx.store.save_raw(point.id, rows + exc.rows)
             _fail(ctx, point, exc.reason, exc.detail, phase="load", raw=ctx.store.raw_path(point.id))
             raise
-        first = trial.before if number == 0 else first
+        first, warmup = (trial.before, trial.waves.get("warmup")) if number == 0 else (first, warmup)
         after = trial.after
         rows += trial.rows
         windows = {w: M.add_counts(windows.get(w), counts) for w, counts in trial.windows.items()}
         trials.append(
-            {"trial": number, "metrics": M.summarize(trial.rows), "spec_decode": M.spec_delta(trial.before, after)}
+            {
+                "trial": number,
+                "metrics": M.summarize(trial.rows),
+                "spec_decode": M.spec_delta(trial.before, after),
+                "window": trial.waves.get("window"),  # the measured waves and the window's length
+            }
         )
     ctx.store.save_raw(point.id, rows)
     summary = M.summarize(rows)
@@ -242,6 +255,7 @@ def _run_point(ctx: SweepContext, running: RunningEngine, point: Point) -> None:
             "metrics": summary,
             "spec_decode": spec,
             "trials": trials,
+            "warmup": warmup,
             "workload": _workload_record(ctx.plan, point, running),
             "categories": M.category_metrics(rows, windows, M.counter_delta(first or {}, after)),
             "effective": running.effective,
@@ -266,17 +280,18 @@ def _run_trial(ctx: SweepContext, running: RunningEngine, point: Point, number: 
     server = running.server
     marks = _Marks(server, ctx.capture if number == 0 else None)
     records: list[RequestRecord] = []
+    waves: dict = {}
     try:
         if point.workload.is_text:
             _text_load(ctx, running, point, number, marks, records)
         else:
-            _random_load(ctx, running, point, number, marks, records)
+            waves = _random_load(ctx, running, point, number, marks, records)
         if marks.capture:
             marks.capture.stop(server.base_url)
         rows = _rows(records, number)
         if any(r["status"] != "ok" for r in rows):
             _check_engine(server)  # errors because the engine died: fail the engine config, classified
-        return marks.trial(rows, _spec_counters(server))
+        return marks.trial(rows, _spec_counters(server), waves)
     except LoadAborted as exc:
         try:
             server.check_alive()  # a dead server explains a stall better than "hang"
@@ -300,37 +315,21 @@ class _Marks:
         if self.capture and len(self.snapshots) == 1:
             self.capture.start(self.server.base_url)
 
-    def trial(self, rows: list[dict], after: dict) -> Trial:
+    def trial(self, rows: list[dict], after: dict, waves: dict) -> Trial:
         """The trial, with each named window's counts (a window ends where the next one starts)."""
         ends = [counters for _, counters in self.snapshots[1:]] + [after]
         windows = {w: M.counter_delta(b, a) for (w, b), a in zip(self.snapshots, ends) if w is not None}
-        return Trial(rows, self.snapshots[0][1] if self.snapshots else {}, after, windows)
+        return Trial(rows, self.snapshots[0][1] if self.snapshots else {}, after, windows, waves)
 
 
-def _random_load(ctx, running: RunningEngine, point: Point, number: int, marks: _Marks, records: list) -> None:
-    """Token-id prompts of exact length; fresh prompts per trial so that prefix caching cannot make later trials
-    faster."""
+def _random_load(ctx, running: RunningEngine, point: Point, number: int, marks: _Marks, records: list) -> dict:
+    """Token-id prompts of exact length, in waves (bench.waves); fresh prompts per trial so that prefix caching
+    cannot make later trials faster. Returns the trial's waves (warm-up, measured window)."""
     run, shape = ctx.plan.profile.run, point.shape
     assert shape is not None
-    warmup = point.warmup_prompts if number == 0 else 0
     seed = run.seed + shape.input_len + 1000 * number
-    prompts = make_prompts(warmup + point.num_prompts, shape.input_len, running.vocab, seed=seed)
-    run_load(
-        running.server.base_url,
-        running.model,
-        prompts=prompts,
-        warmup_count=warmup,
-        max_tokens=shape.output_len,
-        concurrency=shape.concurrency,
-        stall_s=run.stall_timeout_s,
-        timeout_s=run.request_timeout_s,
-        check_alive=running.server.check_alive,
-        on_measure_start=marks.start,
-        records=records,
-        arrival=point.arrival,
-        seed=seed,
-        workload=point.workload.id,
-    )
+    load = RandomLoad(run_load, running.server, running.model, running.vocab, point, run, seed, records)
+    return random_trial(load, point.warmup_prompts if number == 0 else 0, marks.start)
 
 
 def _text_load(ctx, running: RunningEngine, point: Point, number: int, marks: _Marks, records: list) -> None:

@@ -295,9 +295,11 @@ def run_load(
     arrival: Arrival | None = None,
     seed: int = 0,
     workload: str | None = None,
+    first_index: int = 0,
 ) -> list[RequestRecord]:
     """Random token-id prompts: warmup (all at once, `concurrency` in flight), then the measured ones by
     `arrival` (default: fixed `concurrency`); returns every record (warmup included, marked by phase).
+    `first_index`: the first record's index (a trial in several waves keeps its indices distinct).
 
     Raises LoadAborted on a hang, or whatever check_alive raises when the server dies; `records`, when given,
     keeps what was recorded up to then.
@@ -312,7 +314,7 @@ def run_load(
     ]
 
     async def send_unit(session, phase: Phase, i: int, out: list[RequestRecord]) -> None:
-        index = i + (len(warmup) if phase.name == "measure" else 0)
+        index = first_index + i + (len(warmup) if phase.name == "measure" else 0)
         prompt = phase.units[i]
         assert isinstance(prompt, list)
         rec = RequestRecord(index, phase.name, len(prompt), max_tokens, send_time=0.0, workload=workload)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from bench.errors import BenchError
 from bench.kimi_rank import is_kimi_rank, parse_spec
+from bench.run_options import Run, check_random_only
 from bench.workloads.arrival import Arrival
 from bench.workloads.point import RANDOM, Sampling
 from bench.workloads.spec import parse_source
@@ -227,16 +228,6 @@ class Hardware(Strict):
     arch: str | None = None  # e.g. "sm90"; constraints use it
 
 
-class Run(Strict):
-    num_prompts: int = Field(default=16, ge=1)  # measured requests per shape (at least the concurrency)
-    warmup_prompts: int = Field(default=2, ge=0)
-    seed: int = 0
-    startup_timeout_s: float = Field(default=600, gt=0)
-    stall_timeout_s: float = Field(default=120, gt=0)  # no streamed token for this long = hang
-    request_timeout_s: float = Field(default=600, gt=0)
-    repeat: int = Field(default=1, ge=1)  # trials per point on the same server (not part of the point id)
-
-
 class Profile(Strict):
     name: str = Field(pattern=r"\S")  # names results folders and reports: not empty, not only blanks
     description: str = ""
@@ -262,6 +253,14 @@ class Profile(Strict):
     def workload_tables(self) -> dict[str, WorkloadTable]:
         """The workloads to run: the profile's, else today's random token ids at axes.shapes."""
         return dict(self.workloads) or {RANDOM: WorkloadTable()}
+
+    @model_validator(mode="after")
+    def _wave_measures(self):
+        tables = self.workload_tables.items()
+        check_random_only(
+            self.run, [w for w, t in tables if t.dataset is not None], [w for w, t in tables if t.warmup_prompts == 0]
+        )
+        return self
 
     @model_validator(mode="after")
     def _dcp_emulation(self):
