@@ -175,3 +175,24 @@ def _shape(record: dict) -> dict:
 
 def _layout(root: Path) -> set[str]:
     return {p.name for p in root.iterdir() if not p.name.startswith(".")}
+
+
+def test_profile_on_ray_brings_the_timing_files_back(cluster):
+    """`profile --ray` of one point in the timing mode (no nsys on CPU) on the cluster still running (after the
+    tests above: its head alone): the capture runs on the node and its files land in the driver's folder."""
+    address, _, tmp = cluster
+    out = tmp / "profiled"
+    args = ("profile", str(PROFILE), "--ray", address, "--no-nsys", "--num-prompts", "2", "--out", str(out))
+    rc, lines, _ = bench(*args)
+    assert rc == 0, "\n".join(lines[-40:])
+    assert any(line.endswith(": running point 1 of 1, profiled") for line in lines), "\n".join(lines[-40:])
+    assert any(line.endswith(": exporting the profile") for line in lines), "\n".join(lines[-40:])
+    (capture,) = json.loads((out / "profile" / "captures.json").read_text())
+    assert capture["mode"] == "timing" and capture["bench_ranges"] > 0 and "error" not in capture
+    assert list((out / "profile").glob(f"capture-{capture['engine_id']}.timing/timing-*.jsonl"))
+    summary = Path(capture["tables"]["summary"])
+    assert summary.is_relative_to(out.resolve()) and summary.exists()
+    (attempt,) = json.loads((out / "cluster.json").read_text())["runs"][0]["attempts"]
+    assert attempt["outcome"] == "ok" and attempt["python"] == sys.executable
+    assert (out / "report" / "report.html").exists()
+    assert not server_pids(tmp)
