@@ -303,10 +303,10 @@ class RayRunner:
         for job in list(self.running):
             if job.node:
                 continue
-            if place(job.engine, self.cluster).problem or (job.pin and job.pin not in alive):
+            pin_gone = job.pin is not None and job.pin not in alive
+            if pin_gone or place(job.engine, self.cluster).problem:
                 C.import_ray().cancel(job.gen, force=True)
-                gone = " (its --ray-same-nodes node is gone)" if job.pin and job.pin not in alive else ""
-                self._lost(job, f"no alive node can hold it{gone}")
+                self._lost(job, "its --ray-same-nodes node is gone" if pin_gone else "no alive node can hold it")
 
     def _fail(self, point: Point, reason: str, detail: str, job: _Job) -> None:
         store = self.ctx.store
