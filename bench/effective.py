@@ -231,7 +231,10 @@ def _draft_flags(engine: dict, eff: dict) -> list[str]:
     out = []
     if asked != "auto" and ran is not None and _norm(ran) != _norm(asked):
         if eff.get("source") != "engine record":
-            out.append(f"draft_attention_backend: asked {asked}, logged {eff.get('attention_backends_logged')}")
+            out.append(
+                f"draft_attention_backend: asked {asked}, the server log shows the draft selecting {ran} "
+                f"(backends logged in order: {', '.join(eff.get('attention_backends_logged') or [])})"
+            )
         elif ran == target_ran:
             out.append(f"draft_attention_backend: asked {asked}, ran {ran}: the draft inherited the target's backend")
         else:

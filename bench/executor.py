@@ -151,8 +151,9 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
             running = _start(ctx, engine, server, vocab)
             running = dataclasses.replace(running, request_spec=bool(flag) or _asks_request_spec(engine))
         except ServerFailed as exc:
+            seen = _seen_before_failure(ctx, engine, server)
             for p in points:
-                _fail(ctx, p, exc.reason, exc.detail, phase="startup")
+                _fail(ctx, p, exc.reason, exc.detail, phase="startup", seen=seen)
             return
         with affinity.pinned_client(cores):
             running.info["cpu_affinity"] = affinity.applied(setting, cores, spec.env, server.pids())
@@ -400,7 +401,22 @@ def _spec_counters(server: Serving) -> dict:
         return {}
 
 
-def _fail(ctx: SweepContext, point: Point, reason: str, detail: str, phase: str, raw: Path | None = None) -> None:
+def _seen_before_failure(ctx: SweepContext, engine: EngineConfig, server: Server) -> dict:
+    """What a server that died starting had already selected (its log; engine records if written): a draft that
+    crashed on a backend it was not asked for must say so, not only the crash (seen on vLLM 0.26.0's V2 runner)."""
+    effective = read_effective(server.log_text(), [], load_records(ctx.store.root, engine.id))
+    return {"effective": effective, "mismatch": mismatches(engine.to_dict(), effective)}
+
+
+def _fail(
+    ctx: SweepContext,
+    point: Point,
+    reason: str,
+    detail: str,
+    phase: str,
+    raw: Path | None = None,
+    seen: dict | None = None,
+) -> None:
     store = ctx.store
     record = {
         **base_record(point),
@@ -413,5 +429,6 @@ def _fail(ctx: SweepContext, point: Point, reason: str, detail: str, phase: str,
     }
     if raw is not None and raw.exists():
         record["raw"] = str(raw.relative_to(store.root))
+    record.update(seen or {})
     store.save_point(record)
     ctx.progress.finished(point, "FAILED", f"{reason}: {detail[:200]}")

@@ -86,10 +86,7 @@ def summary_markdown(points: pd.DataFrame, prov: dict) -> str:
         shown, columns = markdown_results(ok, _result_columns(points))
         lines += ["## Results", "", md_table(shown, columns), "", *markdown_notes(points)]
         lines += category_markdown(points, md_table)
-        flagged = ok[ok.mismatch.notna()]
-        if len(flagged):
-            lines += ["**Effective configuration differs from the asked one:**", ""]
-            lines += [f"- `{r.point_id}`: {r.mismatch}" for r in flagged.itertuples()] + [""]
+        lines += _flagged(ok, "**Effective configuration differs from the asked one:**")
         lines += [
             "Effective configuration read back from the servers: "
             + ", ".join(
@@ -105,8 +102,16 @@ def summary_markdown(points: pd.DataFrame, prov: dict) -> str:
         ]
     if len(bad):
         lines += ["## Failed and skipped points", "", md_table(bad, FAILED_COLUMNS), ""]
+        lines += _flagged(bad, "**What the failed servers had selected, against what was asked (from their logs):**")
     lines += ["## Provenance", ""] + [f"- {k}: {v}" for k, v in prov.items()] + [""]
     return "\n".join(lines)
+
+
+def _flagged(points: pd.DataFrame, title: str) -> list[str]:
+    flagged = points[points.mismatch.notna()] if "mismatch" in points else points.iloc[:0]
+    if not len(flagged):
+        return []
+    return [title, "", *(f"- `{r.point_id}`: {r.mismatch}" for r in flagged.itertuples()), ""]
 
 
 def _draft_ran(row) -> str:

@@ -466,3 +466,53 @@ def test_a_whole_engine_cudagraph_downgrade_is_flagged():
         f.startswith("cudagraph_mode: asked FULL_AND_PIECEWISE, ran PIECEWISE for the whole engine") for f in flags
     )
     assert E.read_effective(LOG, [])["cudagraph_downgrade"] is None
+
+
+# vLLM 0.26.0 on an H200, unpatched, V2 runner, speculative_config {"attention_backend": "TRITON_MLA",
+# "kv_cache_dtype": "fp8"} (reports/examples/effective-h200/unpatched-upstream-v2): the draft's selection is logged,
+# then the draft's first FlashMLA fp8 call kills the engine before any engine record is written.
+CRASH_LOG = (
+    "(EngineCore pid=837) INFO [cuda.py:482] Using FLASH_ATTN_MLA attention backend out of potential backends: "
+    "['FLASH_ATTN_MLA', 'FLASHMLA', 'TRITON_MLA'].\n"
+    "(EngineCore pid=837) INFO [cuda.py:482] Using FLASHMLA attention backend out of potential backends: "
+    "['FLASHMLA', 'TRITON_MLA'].\n"
+    "(EngineCore pid=837) ERROR [core.py:1330] RuntimeError: Not yet supported ScalarType 46\n"
+)
+
+
+class CrashingServer(RecordingServer):
+    def start(self, timeout_s: float) -> float:
+        raise executor.ServerFailed("kernel-dtype-unsupported", "server exited with code 1")
+
+    def log_text(self) -> str:
+        return CRASH_LOG
+
+
+def test_a_server_that_dies_starting_still_says_which_backend_its_draft_selected(tmp_path, monkeypatch):
+    monkeypatch.setattr(
+        executor,
+        "server_spec",
+        lambda engine, store, flavor, extra_env=None, draft_keys="legacy": (
+            ServerSpec(["python"], dict(extra_env or {}), store.log_path(engine.id), 9),
+            2048,
+        ),
+    )
+    monkeypatch.setattr(executor, "Server", lambda spec: CrashingServer(spec, {}))
+    profile = {
+        **PROFILE,
+        "model": {**PROFILE["model"], "flavor": "gpu"},
+        "server": {"block_size": 64},
+        "axes": {**PROFILE["axes"], "draft_attention_backend": ["TRITON_MLA"], "draft_kv_cache_dtype": ["fp8"]},
+    }
+    plan = make_plan(parse_profile(profile, "gpu", "record.toml"), Machine("gpu", gpus=1, arch="sm90"))
+    run_sweep(plan, tmp_path / "out", SweepOptions(quiet=True))
+    (point,) = SweepStore(tmp_path / "out").points().values()
+    assert point["status"] == "failed" and point["reason"] == "kernel-dtype-unsupported"
+    assert point["effective"]["source"] == "server log"
+    assert point["effective"]["draft_attention_backend"] == "FLASHMLA"
+    (flag,) = [f for f in point["mismatch"] if f.startswith("draft_attention_backend")]
+    assert "asked TRITON_MLA" in flag and "selecting FLASHMLA" in flag
+    from bench.report.build import build_report
+
+    summary = build_report(tmp_path / "out")["summary"].read_text()
+    assert "What the failed servers had selected" in summary and "selecting FLASHMLA" in summary
