@@ -113,7 +113,11 @@ def _load_line(point: Point) -> str:
     dataset = ", ".join(f"{k}={v}" for k, v in (point.workload.dataset or {}).items())
     kwargs = point.workload.chat_template_kwargs
     kwargs_text = f"  chat_template_kwargs {kwargs}" if kwargs else ""
-    return f"workload {point.label}  [{dataset}]  conversations {n}{kwargs_text}"
+    path = (point.workload.dataset or {}).get("path")
+    missing = ""
+    if path and not (Path(point.workload.base_dir) / Path(path).expanduser()).exists():
+        missing = "  MISSING: the sweep refuses to start until `path` names your copy (or --points leaves it out)"
+    return f"workload {point.label}  [{dataset}]  conversations {n}{kwargs_text}{missing}"
 
 
 def _has_text(points: list[Point]) -> bool:

@@ -331,7 +331,13 @@ def load_datasets(plan: Plan) -> Plan:
     row or an unknown category is one BenchError here, not a failed point later."""
     for point in plan.runnable:
         if point.workload.is_text:
-            dataset_for(plan, point.workload)
+            try:
+                dataset_for(plan, point.workload)
+            except BenchError as exc:
+                raise BenchError(
+                    f"{plan.profile.source}: workloads.{point.workload.id}: {exc} (point the dataset at your copy, "
+                    "or leave this workload's points out with --points; `--dry-run` lists them)"
+                ) from None
     return plan
 
 

@@ -116,7 +116,9 @@ def test_datasets_load_before_anything_runs_and_bad_ones_are_one_error(tmp_path,
     (dataset,) = plan.datasets.values()
     assert dataset.provenance.categories == {"garden": 3, "sums": 3, "trains": 3}
     missing = plan_of({"n": {"dataset": {"kind": "jsonl", "path": "nope.jsonl"}}}, source)
-    with pytest.raises(BenchError, match="nope.jsonl"):
+    assert describe_plan(missing).count("MISSING") == len(missing.runnable)  # the dry run says so beforehand
+    assert "MISSING" not in describe_plan(plan)
+    with pytest.raises(BenchError, match=r"workloads\.n: .*nope.jsonl.*--points"):
         load_datasets(missing)
     bad = plan_of({"n": {"dataset": {"kind": "jsonl", "path": str(JSONL), "categories": ["boats"]}}}, source)
     with pytest.raises(BenchError, match="unknown category 'boats'; known: garden, sums, trains"):
@@ -135,6 +137,9 @@ def test_kimi_profile_dry_run_shows_the_text_workloads():
     for wid in text:
         assert f"workload {wid} " in shown
     assert "kind=mt-bench" in shown and "kind=humaneval" in shown
+    # Kimi K2.5+ templates think by default; instant mode is the `thinking` switch set false
+    modes = {json.dumps(t.chat_template_kwargs or {}, sort_keys=True) for t in text.values()}
+    assert modes == {"{}", '{"thinking": false}'}
 
 
 def test_shipped_cpu_workload_profile_plans_text_and_paced_points():
