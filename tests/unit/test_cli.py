@@ -48,7 +48,7 @@ def test_sweep_refuses_to_run_for_other_hardware_but_plans_for_it(capsys):
     assert main(["sweep", "kimi-k2.6-eagle3-tp8"]) == 1
     assert "needs gpu x8; this machine is cpu" in capsys.readouterr().err
     assert main(["sweep", "kimi-k2.6-eagle3-tp8", "--dry-run"]) == 0
-    assert "counts: points 264, runnable 264, skipped 0, servers 24" in capsys.readouterr().out
+    assert "counts: points 288, runnable 288, skipped 0, servers 24" in capsys.readouterr().out
 
 
 def test_sweep_points_selects_by_id_prefix(capsys):

@@ -33,7 +33,7 @@ def test_plan_sweep_reads_the_profile_once(monkeypatch):
     monkeypatch.setattr(profile_module.tomllib, "loads", lambda text: (reads.append(1), real_loads(text))[1])
     plan = plan_sweep(KIMI, dry_run=True, detected=CPU)
     assert reads == [1]
-    assert (plan.machine.platform, plan.machine.gpus, plan.counts()["runnable"]) == ("gpu", 8, 24 * (5 + 6))
+    assert (plan.machine.platform, plan.machine.gpus, plan.counts()["runnable"]) == ("gpu", 8, 24 * (5 + 7))
     assert plan.profile == load_profile(KIMI, "gpu"), "the gpu variant, as a gpu machine would load it"
 
 
