@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.models import NOAUX_TC_ROUTING
 
 NAME = "kimi-rank"
 # The full model (public Kimi K2 / K2.5 / K2.6 text config; docs/kimi-rank.md).
@@ -209,12 +210,7 @@ def target_config(spec: RankSpec) -> dict:
         "num_experts_per_tok": TOP_K,
         "n_shared_experts": N_SHARED_EXPERTS,
         "first_k_dense_replace": FIRST_K_DENSE,
-        "moe_layer_freq": 1,
-        "topk_method": "noaux_tc",
-        "n_group": 1,
-        "topk_group": 1,
-        "scoring_func": "sigmoid",
-        "norm_topk_prob": True,
+        **NOAUX_TC_ROUTING,
         "routed_scaling_factor": ROUTED_SCALING,
         "num_nextn_predict_layers": 0,
         "initializer_range": 0.02,

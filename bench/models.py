@@ -68,6 +68,30 @@ FLAVORS = {
 }
 
 
+# DeepSeek-V3 / Kimi routing: sigmoid scores, noaux_tc top-k over one group (shared with bench.kimi_rank).
+NOAUX_TC_ROUTING = {
+    "moe_layer_freq": 1,
+    "topk_method": "noaux_tc",
+    "n_group": 1,
+    "topk_group": 1,
+    "scoring_func": "sigmoid",
+    "norm_topk_prob": True,
+}
+# What the tiny target and its draft share besides the MLA dims.
+TINY_COMMON = {
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 131072,
+    "rope_theta": 50000.0,
+    "rope_scaling": ROPE_SCALING,
+    "attention_bias": False,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
 def target_config(f: Flavor) -> dict:
     return {
         "architectures": ["DeepseekV3ForCausalLM"],
@@ -85,23 +109,9 @@ def target_config(f: Flavor) -> dict:
         "num_experts_per_tok": f.num_experts_per_tok,
         "n_shared_experts": 1,
         "first_k_dense_replace": 1,
-        "moe_layer_freq": 1,
-        "topk_method": "noaux_tc",
-        "n_group": 1,
-        "topk_group": 1,
-        "scoring_func": "sigmoid",
-        "norm_topk_prob": True,
+        **NOAUX_TC_ROUTING,
         "routed_scaling_factor": 2.827,
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-6,
-        "max_position_embeddings": 131072,
-        "rope_theta": 50000.0,
-        "rope_scaling": ROPE_SCALING,
-        "attention_bias": False,
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-        "bos_token_id": 1,
-        "eos_token_id": 2,
+        **TINY_COMMON,
         "initializer_range": 0.02,
     }
 
@@ -121,16 +131,7 @@ def draft_config(f: Flavor) -> dict:
         "q_lora_rank": f.q_lora_rank,
         **MLA_DIMS,
         "eagle_aux_hidden_state_layer_ids": [1, 2, 3],
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-6,
-        "max_position_embeddings": 131072,
-        "rope_theta": 50000.0,
-        "rope_scaling": ROPE_SCALING,
-        "attention_bias": False,
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-        "bos_token_id": 1,
-        "eos_token_id": 2,
+        **TINY_COMMON,
     }
 
 
