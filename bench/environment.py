@@ -17,7 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def suite_git() -> dict:
-    """The suite's commit; BENCH_GIT_SHA names it where the suite runs from a copy without .git (GPU hosts)."""
+    """The suite's commit. BENCH_GIT_SHA, when set, names it and wins: a copy of the tree on another host (the GPU
+    machine) may carry a .git of another commit (seen: the H200 copy's .git said b1240fb while 5dfe406 ran)."""
+    if named := os.environ.get("BENCH_GIT_SHA", "").strip():
+        return {"sha": named, "dirty": None}
 
     def git(*args):
         try:
@@ -28,7 +31,7 @@ def suite_git() -> dict:
 
     sha = git("rev-parse", "HEAD")
     if sha is None:
-        return {"sha": os.environ.get("BENCH_GIT_SHA"), "dirty": None}
+        return {"sha": None, "dirty": None}
     return {"sha": sha, "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
