@@ -4,6 +4,7 @@ records by another path, the stored model configs' provenance, and goldens of th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -20,6 +21,11 @@ GOLDEN = REPO / "tests" / "data" / "golden" / "kimi-rank-h200"
 SPEC = K.RankSpec(tp=8, layers=61, experts="int4")
 
 
+def spec_of(rec: dict) -> K.RankSpec:
+    """The rank a point's server ran: SPEC, or SPEC with dcp=N for an emulated DCP-N rank's point."""
+    return dataclasses.replace(SPEC, dcp=(rec["config"].get("emulation") or {}).get("dcp_size", 1))
+
+
 @pytest.fixture(scope="module")
 def data():
     return A.collect(RESULTS)
@@ -31,16 +37,19 @@ def records():
 
 
 def test_stored_model_configs_are_the_ones_the_servers_loaded(records):
-    """models/ was added after the run (store_models.py): each server's model folder name carries the hash of
-    both generated configs, and today's generator gives the same folder and exactly these configs."""
-    folder = K.cache_folder(Path("/x"), SPEC).name
+    """models/ of the first sweep's engines was added after the run (store_models.py), the emulated DCP8 rank's by
+    the sweep itself: each server's model folder name carries the hash of both generated configs, and today's
+    generator gives the same folder and exactly these configs."""
+    specs = {}
     for rec in records.values():
         argv = (rec.get("server") or {}).get("argv")
         if argv:
-            assert Path(argv[argv.index("--model") + 1]).parent.name == folder
-    for engine in {r["engine_id"] for r in records.values() if (r.get("server") or {}).get("argv")}:
+            specs[rec["engine_id"]] = spec_of(rec)
+            assert Path(argv[argv.index("--model") + 1]).parent.name == K.cache_folder(Path("/x"), spec_of(rec)).name
+    assert sorted(s.dcp for s in specs.values()) == [1] * 5 + [8] * 2
+    for engine, spec in specs.items():
         stored = RESULTS / "models" / engine
-        assert json.loads((stored / "target.json").read_text()) == json.loads(json.dumps(K.target_config(SPEC)))
+        assert json.loads((stored / "target.json").read_text()) == json.loads(json.dumps(K.target_config(spec)))
         has_draft = any(
             r["engine_id"] == engine and r["config"]["engine"]["num_speculative_tokens"] for r in records.values()
         )
@@ -48,38 +57,47 @@ def test_stored_model_configs_are_the_ones_the_servers_loaded(records):
 
 
 def test_speedups_match_the_records(data, records):
-    """Output tok/s and mean TPOT ratios over the k = 0 point of the same shape, from the raw metrics."""
+    """Output tok/s and mean TPOT ratios over the k = 0 point of the same shape (and the same emulated DCP rank or
+    none), from the raw metrics."""
     pts = data.points[data.points.status == "ok"]
+
+    def key(rec: dict) -> str:
+        return json.dumps([rec["config"]["shape"], spec_of(rec).dcp])
+
     base = {
-        json.dumps(r["config"]["shape"]): r["metrics"]
+        key(r): r["metrics"]
         for r in records.values()
         if r["status"] == "ok" and r["config"]["engine"]["num_speculative_tokens"] == 0
     }
-    assert len(base) == 6
+    assert len(base) == 8
     checked = 0
     for p in pts.itertuples():
         m = records[p.point_id]["metrics"]
-        b = base[json.dumps(records[p.point_id]["config"]["shape"])]
+        b = base[key(records[p.point_id])]
         assert p.speedup_output == pytest.approx(m["output_throughput"] / b["output_throughput"])
         assert p.speedup_tpot == pytest.approx(b["tpot_ms"]["mean"] / m["tpot_ms"]["mean"])
         checked += 1
-    assert checked == 18
+    assert checked == 24
     by = pts.set_index("label")
     assert by.loc["FLASHMLA/fp8 k3 1x1024x256", "speedup_tpot"] == pytest.approx(6.834599 / 4.122275, rel=1e-6)
     assert by.loc["no-spec k0 32x1024x256", "speedup_output"] == 1.0
+    emulated = by.loc["FLASHMLA/fp8 dcp8-emulated k3 1x1024x256", "speedup_tpot"]  # over the emulated k = 0
+    assert emulated == pytest.approx(9.116006 / 4.848305, rel=1e-6)
 
 
 def test_every_ok_point_has_a_roofline_row_checked_against_its_records(data, records):
     roof = data.roofline.set_index("point_id")
     ok = [r for r in records.values() if r["status"] == "ok"]
-    assert len(roof) == len(ok) == 18 and not data.roofline_notes
-    assert (roof.num_speculative_tokens == 0).sum() == 6  # the baselines have rows too
+    assert len(roof) == len(ok) == 24
+    # the emulated DCP8 rank's configs have 64 heads: the report says the engines ran different models
+    assert [n for n in data.roofline_notes if "ran different models" not in n] == []
+    assert (roof.num_speculative_tokens == 0).sum() == 8  # the baselines have rows too
     assert set(roof.byte_model) == {"bench.kimi_rank.decode_step_bytes"}
     for rec in ok:
         eng, shape, row = rec["config"]["engine"], rec["config"]["shape"], roof.loc[rec["point_id"]]
         k = eng["num_speculative_tokens"]
         model = K.decode_step_bytes(
-            SPEC,
+            spec_of(rec),
             concurrency=shape["concurrency"],
             context=shape["input_len"] + shape["output_len"] / 2,
             k=k,
@@ -102,7 +120,7 @@ def test_model_and_measurement_side_by_side(data):
     assert "prefill mixed in" in roof.loc["no-spec k0 32x8192x256", "note"]  # one wave of 32 x 8k prompts
     assert roof.loc["no-spec k0 32x8192x256", "prefill_overlap"] > 0.5
     triton = roof[roof.index.str.startswith("TRITON_MLA")]
-    assert len(triton) == 6 and triton.note.str.contains("PIECEWISE CUDA graphs instead of FULL_AND_PIECEWISE").all()
+    assert len(triton) == 8 and triton.note.str.contains("PIECEWISE CUDA graphs instead of FULL_AND_PIECEWISE").all()
     assert (triton.achieved_fraction < 0.3).all()
 
 
@@ -134,6 +152,6 @@ def test_html_shows_the_speedups_and_the_bandwidth_check(tmp_path):
 
     text = build_report(RESULTS, tmp_path)["html"].read_text()
     assert 'id="roofline-check"' in text and "speedup TPOT (× k=0)" in text
-    assert "Largest speculative speedup over no speculation" in text and "<b>1.74×</b>" in text
+    assert "Largest speculative speedup over no speculation" in text and "<b>1.88×</b>" in text  # DCP8, emulated
     assert "latency-bound at batch 1" in text and "bench.kimi_rank.decode_step_bytes (kimi-rank:tp=8" in text
-    assert "Emulated DCP points" not in text  # none in this sweep
+    assert "Emulated DCP points" in text  # the two DCP8-rank engines

@@ -3,8 +3,10 @@
 
 Not a guess: every server of the sweep was started on `~/.cache/bench/models/<folder>/target` (its argv is in
 points/*.json), and the folder's name ends in a hash of both generated configs (bench.kimi_rank.cache_folder).
-This script regenerates the configs of the manifest's model, refuses unless today's generator gives that same
-folder name for every server, and writes them (the draft's only for an engine with a draft, as a sweep does).
+This script regenerates the configs of the manifest's model (with dcp=N for an emulated DCP-N rank's engine, whose
+configs the continued sweep stored itself), refuses unless today's generator gives that same folder name for every
+server, and writes them (the draft's only for an engine with a draft, as a sweep does); rewriting a config the sweep
+stored leaves it byte-identical.
 Run from the repository root:
 
     .venv/bin/python reports/examples/kimi-rank-h200/store_models.py
@@ -12,6 +14,7 @@ Run from the repository root:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import tempfile
@@ -24,24 +27,26 @@ from bench.store import SweepStore
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def served_folders(results: Path) -> dict[str, tuple[str, bool]]:
-    """{engine id: (name of the generated folder its server loaded, whether it ran a draft)}."""
+def served_folders(results: Path) -> dict[str, tuple[str, bool, int]]:
+    """{engine id: (name of the generated folder its server loaded, whether it ran a draft, emulated DCP size)}."""
     out = {}
     for point in SweepStore(results).points().values():
         argv = (point.get("server") or {}).get("argv") or []
         if "--model" in argv:
             folder = Path(argv[argv.index("--model") + 1]).parent.name
-            out[point["engine_id"]] = (folder, point["config"]["engine"]["num_speculative_tokens"] > 0)
+            dcp = (point["config"].get("emulation") or {}).get("dcp_size", 1)
+            out[point["engine_id"]] = (folder, point["config"]["engine"]["num_speculative_tokens"] > 0, dcp)
     return out
 
 
 def main() -> int:
     manifest = json.loads((RESULTS / "manifest.json").read_text())
-    spec = kimi_rank.parse_spec(manifest["profile"]["model"]["target"])
+    base = kimi_rank.parse_spec(manifest["profile"]["model"]["target"])
     with tempfile.TemporaryDirectory() as tmp:
-        models = kimi_rank.write_rank_models(kimi_rank.cache_folder(Path(tmp), spec), spec)
-        expected = models.target.parent.name
-        for engine, (folder, has_draft) in sorted(served_folders(RESULTS).items()):
+        for engine, (folder, has_draft, dcp) in sorted(served_folders(RESULTS).items()):
+            spec = dataclasses.replace(base, dcp=dcp)
+            models = kimi_rank.write_rank_models(kimi_rank.cache_folder(Path(tmp), spec), spec)
+            expected = models.target.parent.name
             if folder != expected:
                 print(f"{engine}: served {folder}, today's generator gives {expected}: not stored", file=sys.stderr)
                 return 1

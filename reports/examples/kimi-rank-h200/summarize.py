@@ -18,7 +18,10 @@ from bench.fmt import fmt
 from bench.report.analysis import ReportData, collect
 
 HERE = Path(__file__).resolve().parent
-ORDER = {"no-spec": 0, "FLASHMLA/fp8": 1, "FLASHMLA/auto": 2, "TRITON_MLA/fp8": 3, "TRITON_MLA/auto": 4}
+ORDER = {  # engine -> row order: the plain rank's engines, then the emulated DCP8 rank's
+    **{"no-spec": 0, "FLASHMLA/fp8": 1, "FLASHMLA/auto": 2, "TRITON_MLA/fp8": 3, "TRITON_MLA/auto": 4, "auto/fp8": 5},
+    **{"no-spec dcp8-emulated": 6, "FLASHMLA/fp8 dcp8-emulated": 7},
+}
 COLUMNS = {  # column -> (header, format)
     "engine": ("engine", None),
     "shape": ("shape (conc x in x out)", None),
@@ -42,39 +45,55 @@ def point_rows(data: ReportData) -> pd.DataFrame:
     pts = data.points.join(roof[["tpot_mean_ms", "step_ms", "achieved_fraction", "note"]], on="point_id")
     pts["model_gb"] = pts.point_id.map(roof.bytes_per_step_uniform) / 1e9
     pts["achieved_tb_s"] = pts.point_id.map(roof.achieved_bytes_s) / 1e12
-    pts["engine"] = pts.series.str.replace(" k3", "").str.replace(" k0", "")
-    pts["shape"] = [f"{r.concurrency}x{r.input_len}x{r.output_len}" for r in pts.itertuples()]
+    pts["engine"] = pts.series.map(_engine)
+    pts["shape"] = [_shape(data.sweep_dir, r) for r in pts.itertuples()]
     pts["state"] = [s if s == "ok" else f"{s}: {r}" for s, r in zip(pts.status, pts.reason)]
     pts["_order"] = pts.engine.map(lambda e: ORDER.get(e, 9))
     return pts.sort_values(["_order", "input_len", "concurrency"], kind="stable").reset_index(drop=True)
 
 
+def _shape(results: Path, row) -> str:
+    """The shape the server saw; an emulated DCP rank's also names the full shape it stands for."""
+    shape = f"{row.concurrency}x{row.input_len}x{row.output_len}"
+    emulation = _record(results, row.point_id)["config"].get("emulation")
+    if not emulation:
+        return shape
+    full = emulation["full_shape"]
+    return (
+        f"{shape} [DCP{emulation['dcp_size']} rank of {full['concurrency']}x{full['input_len']}x{full['output_len']}]"
+    )
+
+
 def startup_rows(data: ReportData) -> list[list[str]]:
-    """Per server (engine): ready_s of each start, and vLLM's own load / compile / graph figures from its log."""
+    """Per server (engine), in ORDER: ready_s of each start that served points (in start order), and vLLM's own
+    load / compile / graph figures of every start in its log (one value when all starts agree)."""
     results, out = data.sweep_dir, []
     for engine, grp in data.points.groupby("engine_id", sort=False):
-        starts = {
-            f"{float(p.get('server', {}).get('ready_s')):.0f}"
+        servers = {
+            p["server"]["started"]: p["server"]["ready_s"]
             for p in (_record(results, pid) for pid in grp.point_id)
             if (p.get("server") or {}).get("ready_s") is not None
         }
         log = results / "logs" / f"server-{engine}.log"
-        if not starts or not log.is_file():
+        if not servers or not log.is_file():
             continue
         text = log.read_text(errors="replace")
-        out.append(
-            [
-                grp.series.iloc[0],
-                "/".join(sorted(starts, key=float)),
-                _grab(text, r"Model loading took ([\d.]+) GiB"),
-                _grab(text, r"init engine .* took ([\d.]+) s"),
-                _grab(text, r"\(compilation: ([\d.]+) s\)"),
-                _grab(text, r"Graph capturing finished in (\d+) secs"),
-                _grab(text, r"Available KV cache memory: ([\d.]+) GiB"),
-                _grab(text, r"GPU KV cache size: ([\d,]+) tokens"),
-            ]
-        )
-    return out
+        patterns = [
+            r"Model loading took ([\d.]+) GiB",
+            r"init engine .* took ([\d.]+) s",
+            r"\(compilation: ([\d.]+) s\)",
+            r"Graph capturing finished in (\d+) secs",
+            r"Available KV cache memory: ([\d.]+) GiB",
+            r"GPU KV cache size: ([\d,]+) tokens",
+        ]
+        ready = "/".join(f"{servers[t]:.0f}" for t in sorted(servers))
+        row = [grp.series.iloc[0], str(len(re.findall(r"init engine .* took", text))), ready]
+        out.append((ORDER.get(_engine(grp.series.iloc[0]), 9), row + [_grab(text, p) for p in patterns]))
+    return [row for _, row in sorted(out, key=lambda o: o[0])]
+
+
+def _engine(series: str) -> str:
+    return series.replace(" k3", "").replace(" k0", "")
 
 
 def _record(results: Path, point_id: str) -> dict:
@@ -83,7 +102,9 @@ def _record(results: Path, point_id: str) -> dict:
 
 def _grab(text: str, pattern: str) -> str:
     found = re.findall(pattern, text)
-    return "/".join(dict.fromkeys(found)) if found else "-"
+    if not found:
+        return "-"
+    return found[0] if len(set(found)) == 1 else "/".join(found)
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -100,8 +121,8 @@ def main() -> None:
     for r in pts[pts.note.notna()].itertuples():
         print(f"- {r.engine} {r.shape}: {r.note}")
     print()
-    header = ["engine", "ready_s (each start)", "model GiB", "init engine s", "compile s", "graphs s"]
-    print(table(header + ["KV GiB", "KV tokens"], startup_rows(data)))
+    header = ["engine", "starts", "ready_s (starts that served points)", "model GiB", "init engine s", "compile s"]
+    print(table(header + ["graphs s", "KV GiB", "KV tokens"], startup_rows(data)))
 
 
 if __name__ == "__main__":
