@@ -13,7 +13,7 @@ def test_kimi_profile_plans_fully_for_an_h200_node():
     plan = make_plan(load_profile("kimi-k2.6-eagle3-tp8", "gpu"), H200)
     counts = plan.counts()
     # 5 random shapes + 3 text workloads x 2 temperatures per engine config
-    assert counts["points"] == 3 * 2 * 4 * (5 + 6) and counts["servers"] == 24 and counts["skipped"] == 0
+    assert counts["points"] == 3 * 2 * 4 * (5 + 7) and counts["servers"] == 24 and counts["skipped"] == 0
     for engine, points in plan.groups:  # one server serves every shape and workload of its engine config
         assert len(points) == 5 + 6 and {p.engine.id for p in points} == {engine.id}
 
