@@ -15,7 +15,7 @@ def test_kimi_profile_plans_fully_for_an_h200_node():
     # 5 random shapes + 3 text workloads x 2 temperatures per engine config
     assert counts["points"] == 3 * 2 * 4 * (5 + 7) and counts["servers"] == 24 and counts["skipped"] == 0
     for engine, points in plan.groups:  # one server serves every shape and workload of its engine config
-        assert len(points) == 5 + 6 and {p.engine.id for p in points} == {engine.id}
+        assert len(points) == 5 + 7 and {p.engine.id for p in points} == {engine.id}
 
 
 def test_constraints_skip_with_reasons():
