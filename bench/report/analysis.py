@@ -2,6 +2,8 @@
 
 `collect` reads the results directory once and derives every table into a `ReportData`; bench.report.figures
 draws from it and bench.report.html lays it out. Missing measurements stay NaN / None, never 0.
+Just over 400 lines on purpose: every table the report shows is derived here, from one read, next to the others
+it must agree with (the golden CSVs in tests/data check them together).
 """
 
 from __future__ import annotations
