@@ -85,21 +85,24 @@ def cv_interval(value: float | None, n: int, level: float = 0.95) -> tuple[float
     return value * math.sqrt((n - 1) / lo_q), value * math.sqrt((n - 1) / hi_q)
 
 
-def point_figures(records: list[dict]) -> dict:
+def point_figures(records: list[dict], rounds: list[int]) -> dict:
     """One point over its server starts: per start the mean of its trials (the unit), within-start CVs."""
     per_start: dict[str, list[float]] = {"tok_s": [], "tpot_ms": []}
     within: list[float] = []
-    for rec in records:
+    kept: list[int] = []
+    for rec, r in zip(records, rounds):
         tok = [t["metrics"]["output_throughput"] for t in rec["trials"] if t["metrics"]["output_throughput"]]
         tpot = [t["metrics"]["tpot_ms"]["mean"] for t in rec["trials"] if t["metrics"]["tpot_ms"]["mean"]]
         if tok and tpot:
             per_start["tok_s"].append(float(np.mean(tok)))
             per_start["tpot_ms"].append(float(np.mean(tpot)))
+            kept.append(r)
             within += [c for c in [cv(tok)] if c is not None]
     n = len(per_start["tok_s"])
     between = cv(per_start["tok_s"])
     return {
         "starts": n,
+        "rounds": kept,
         "tok_s_per_start": per_start["tok_s"],
         "tpot_ms_per_start": per_start["tpot_ms"],
         "mean_tok_s": float(np.mean(per_start["tok_s"])) if n else None,
@@ -118,13 +121,43 @@ def point_figures(records: list[dict]) -> dict:
 def collect(out: Path, names: list[str]) -> dict:
     figures: dict = {}
     for name in names:
-        by_point: dict[str, list[dict]] = {}
-        for round_dir in sorted((out / name).glob("round-*")):
+        by_point: dict[str, list[tuple[int, dict]]] = {}
+        for round_dir in sorted((out / name).glob("round-*"), key=lambda d: int(d.name.split("-")[1])):
             for rec in SweepStore(round_dir).points().values():
                 if rec["status"] == "ok":
-                    by_point.setdefault(rec["label"]["shape"], []).append(rec)
-        figures[name] = {shape: point_figures(recs) for shape, recs in sorted(by_point.items())}
+                    by_point.setdefault(rec["label"]["shape"], []).append((int(round_dir.name.split("-")[1]), rec))
+        figures[name] = {
+            shape: point_figures([rec for _, rec in pairs], [r for r, _ in pairs])
+            for shape, pairs in sorted(by_point.items())
+        }
+    for shape in {s for shapes in figures.values() for s in shapes}:
+        drift_removed({n: shapes[shape] for n, shapes in figures.items() if shape in shapes})
     return figures
+
+
+def drift_removed(by_setting: dict[str, dict]) -> None:
+    """The spread left once the drift every setting shared in a round is taken out: each start's tok/s over the
+    round's geometric mean across settings (every round runs every setting, so a host that got quieter or busier
+    over the run moves all of them). Adds `round_factor` and `between_cv_tok_s_detrended` to each setting."""
+    rounds = sorted(set.intersection(*(set(f["rounds"]) for f in by_setting.values())))
+    value = {n: dict(zip(f["rounds"], f["tok_s_per_start"])) for n, f in by_setting.items()}
+    factor = {r: float(np.exp(np.mean([np.log(v[r]) for v in value.values()]))) for r in rounds}
+    for name, f in by_setting.items():
+        f["round_factor"] = [factor[r] for r in rounds]
+        f["between_cv_tok_s_detrended"] = cv([value[name][r] / factor[r] for r in rounds])
+
+
+def same_spread(base: dict, other: dict) -> float | None:
+    """Brown-Forsythe (Levene, median-centred) p-value that the two settings' per-start tok/s, each relative to
+    its own mean, spread alike: small p = the spreads differ beyond what 2 x n starts show by chance."""
+    a, b = (np.asarray(f.get("tok_s_per_start") or [], float) for f in (base, other))
+    if len(a) < 3 or len(b) < 3:
+        return None
+    return float(stats.levene(a / a.mean(), b / b.mean(), center="median").pvalue)
+
+
+def _fmt_p(p: float | None) -> str:
+    return "n/a" if p is None else f"{p:.2f}"
 
 
 def pct(x: float | None) -> str:
@@ -134,8 +167,9 @@ def pct(x: float | None) -> str:
 def table(figures: dict) -> str:
     rows = [
         "| setting | shape | starts | mean tok/s | between-start CV tok/s (95% CI) | CV TPOT | within-start CV tok/s "
-        "| CV vs baseline | MDE at 5 v 5 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| CV vs baseline | p (spread = baseline's) | CV without the rounds' shared drift "
+        "| detectable change, n v n starts |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     base = figures.get("baseline", {})
     for name, shapes in figures.items():
@@ -144,10 +178,12 @@ def table(figures: dict) -> str:
             ref = base.get(shape, {}).get("between_cv_tok_s")
             cur = f["between_cv_tok_s"]
             shrink = "-" if name == "baseline" or not ref or cur is None else f"{cur / ref - 1:+.0%}"
+            p = "-" if name == "baseline" else _fmt_p(same_spread(base.get(shape, {}), f))
             mean = "n/a" if f["mean_tok_s"] is None else f"{f['mean_tok_s']:.1f}"
             rows.append(
                 f"| {name} | {shape} | {f['starts']} | {mean} | {pct(f['between_cv_tok_s'])} ({pct(lo)}-{pct(hi)}) "
-                f"| {pct(f['between_cv_tpot'])} | {pct(f['within_cv_tok_s'])} | {shrink} | {pct(f['mde_5_starts'])} |"
+                f"| {pct(f['between_cv_tpot'])} | {pct(f['within_cv_tok_s'])} | {shrink} | {p} "
+                f"| {pct(f.get('between_cv_tok_s_detrended'))} | {pct(f['mde_5_starts'])} |"
             )
     return "\n".join(rows) + "\n"
 
