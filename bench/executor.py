@@ -10,9 +10,7 @@ records, not exceptions that end the sweep; Ctrl-C and SIGTERM do end it, and th
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import logging
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +24,7 @@ from bench.fmt import fmt
 from bench.launch import SERVED_NAME, server_spec
 from bench.loadgen import LoadAborted, RequestRecord, TextSettings, run_conversations, run_load
 from bench.plan import EngineConfig, Plan, Point, dataset_for
+from bench.progress import Progress, base_record, now
 from bench.server import ENGINE_FATAL, Server, ServerFailed, classify_log
 from bench.store import SweepStore, atomic_write_json
 from bench.waves import RandomLoad, random_trial
@@ -35,32 +34,6 @@ if TYPE_CHECKING:
     from bench.profiling.session import Capture
 
 log = logging.getLogger(__name__)
-
-
-def now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
-class Progress:
-    """Points done / total, the current point, and an ETA on stderr (silent when quiet)."""
-
-    def __init__(self, total: int, quiet: bool):
-        self.total, self.quiet, self.done, self.t0 = total, quiet, 0, time.monotonic()
-
-    def say(self, text: str) -> None:
-        if not self.quiet:
-            print(text, file=sys.stderr, flush=True)
-
-    def point(self, point: Point, what: str) -> None:
-        eta = ""
-        if self.done:
-            left = (time.monotonic() - self.t0) / self.done * (self.total - self.done)
-            eta = f", ETA {left / 60:.1f} min"
-        self.say(f"[{self.done}/{self.total}{eta}] {point.id} {point.engine.label()} {point.label}: {what}")
-
-    def finished(self, point: Point, status: str, summary: str = "") -> None:
-        self.done += 1
-        self.say(f"[{self.done}/{self.total}] {point.id} {status} {summary}".rstrip())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,15 +96,6 @@ class PointAborted(Exception):
     def __init__(self, reason: str, detail: str, rows: list[dict] | None = None):
         super().__init__(f"{reason}: {detail}")
         self.reason, self.detail, self.rows = reason, detail, list(rows or [])
-
-
-def base_record(point: Point) -> dict:
-    return {
-        "point_id": point.id,
-        "engine_id": point.engine.id,
-        "config": point.to_dict(),
-        "label": {"engine": point.engine.label(), "shape": point.label, "workload": point.workload.id},
-    }
 
 
 def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> None:

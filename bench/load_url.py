@@ -23,10 +23,11 @@ from typing import Any
 from bench import metrics as M
 from bench.environment import collect_environment
 from bench.errors import BenchError
-from bench.executor import Progress, RunningEngine, SweepContext, run_points
+from bench.executor import RunningEngine, SweepContext, run_points
 from bench.hardware import detect_machine, planned_machine
 from bench.plan import EngineConfig, Plan, load_datasets, make_plan
 from bench.profile import load_profile_variants
+from bench.progress import Progress
 from bench.server import ServerFailed
 from bench.store import SweepStore
 from bench.sweep import SweepOutcome, plan_manifest

@@ -3,6 +3,8 @@
 A profile names the model, the fixed `vllm serve` arguments (vLLM's own names), the fixed speculative config,
 the sweep axes, the acceptance mode and the hardware it is meant for. `[when.cpu]` / `[when.gpu]` tables are
 merged over the base for the platform the sweep runs (or plans) on.
+Just over 400 lines on purpose: the whole profile schema (every table, key and its validation) reads in one place;
+the `[run]` table, which grew its own rules, is in bench/run_options.py.
 """
 
 from __future__ import annotations

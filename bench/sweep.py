@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING
 from bench.distributed.placement import NSYS_ON_NODE, is_cluster_outcome
 from bench.environment import collect_environment
 from bench.errors import BenchError
-from bench.executor import Progress, SweepContext, base_record, now, run_engine
+from bench.executor import SweepContext, run_engine
 from bench.launch import describe_plan, prompt_ids
 from bench.plan import Plan, plan_sweep
+from bench.progress import Progress, base_record, now
 from bench.server import stop_leftover_servers
 from bench.store import SweepStore
 

@@ -29,8 +29,9 @@ from bench.distributed.placement import NODE_LOST, Cluster, Placement, place, sk
 from bench.distributed.view import PlainView, Tracker, make_view
 from bench.distributed.worker import EngineJob, run_job
 from bench.errors import BenchError
-from bench.executor import SweepContext, base_record, now
+from bench.executor import SweepContext
 from bench.plan import EngineConfig, Point
+from bench.progress import base_record, now
 from bench.store import atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger(__name__)

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from bench.distributed.placement import NSYS_ON_NODE
-from bench.executor import Progress, SweepContext, run_engine
+from bench.executor import SweepContext, run_engine
 from bench.plan import Point
 from bench.profiling.session import Capture, find_nsys
+from bench.progress import Progress
 from bench.store import SweepStore
 
 if TYPE_CHECKING:

@@ -13,10 +13,11 @@ import pytest
 from bench.distributed import cluster as C
 from bench.distributed import driver
 from bench.distributed.placement import Cluster, Node
-from bench.executor import Progress, SweepContext, base_record
+from bench.executor import SweepContext
 from bench.hardware import Machine
 from bench.plan import make_plan
 from bench.profile import parse_profile
+from bench.progress import Progress, base_record
 from bench.store import SweepStore
 
 
