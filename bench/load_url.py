@@ -160,6 +160,11 @@ def plan_for_url(request: LoadRequest) -> Plan:
             f"{profile.name}: load --url cannot change the server's engine configuration, and the profile varies "
             f"{shown}: keep one value of each (or choose the points of one engine with --points)"
         )
+    if str(profile.run.cpu_affinity) != "off":
+        raise BenchError(
+            f"{profile.name}: run.cpu_affinity pins a server the suite starts; load --url cannot pin a server it did "
+            'not start (pin it where it runs, e.g. taskset / docker --cpuset-cpus): set cpu_affinity = "off"'
+        )
     return load_datasets(Plan(plan.profile, plan.machine, plan.groups, [], plan.datasets))
 
 
