@@ -84,6 +84,10 @@ def describe_plan(plan: Plan, draft_keys: str = "legacy") -> str:
         f"{' ' + str(machine.gpus) + ' x ' + (machine.arch or '?') if machine.gpus else ''}",
         "counts: " + ", ".join(f"{k} {v}" for k, v in plan.counts().items()),
     ]
+    run = plan.profile.run
+    noise = {"cpu_affinity": run.cpu_affinity, "warmup_steady": run.warmup_steady, "min_window_s": run.min_window_s}
+    if shown := [f"{k} {v}" for k, v in noise.items() if v not in ("off", None, 0)]:
+        lines.append("run: " + ", ".join(shown))  # the noise measures that change how each point runs
     for engine, points in plan.groups:
         target, draft = _display_models(engine, plan.flavor)
         argv = engine_argv(engine, target, draft, _load_format(engine), 0, draft_keys)

@@ -201,6 +201,16 @@ def test_wave_measures_are_refused_for_text_workloads():
         parse_profile(data, "cpu", "text.toml")
 
 
+def test_dry_run_names_the_measures_a_profile_turns_on():
+    from bench.launch import describe_plan
+
+    plain = make_plan(parse_profile(RUN_PROFILE, "cpu", "plain.toml"), Machine("cpu"))
+    assert "\nrun: " not in describe_plan(plain)
+    data = {**RUN_PROFILE, "run": {"cpu_affinity": "split", "warmup_steady": 0.05, "warmup_prompts": 2}}
+    shown = describe_plan(make_plan(parse_profile(data, "cpu", "noise.toml"), Machine("cpu")))
+    assert "\nrun: cpu_affinity split, warmup_steady 0.05\n" in shown
+
+
 # -- CPU affinity --------------------------------------------------------------------------------------------
 
 
