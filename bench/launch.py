@@ -16,6 +16,7 @@ from bench.plan import EngineConfig, Plan, Point
 from bench.prompt_vocab import prompt_vocab
 from bench.server import ServerSpec, free_port, server_argv, server_env
 from bench.store import SweepStore
+from bench.workloads.sources import user_path
 
 SERVED_NAME = "bench-target"
 MODELS_CACHE = Path.home() / ".cache" / "bench" / "models"
@@ -119,7 +120,7 @@ def _load_line(point: Point) -> str:
     kwargs_text = f"  chat_template_kwargs {kwargs}" if kwargs else ""
     path = (point.workload.dataset or {}).get("path")
     missing = ""
-    if path and not (Path(point.workload.base_dir) / Path(path).expanduser()).exists():
+    if path and not user_path(path, Path(point.workload.base_dir)).exists():
         missing = "  MISSING: the sweep refuses to start until `path` names your copy (or --points leaves it out)"
     return f"workload {point.label}  [{dataset}]  conversations {n}{kwargs_text}{missing}"
 

@@ -78,7 +78,7 @@ def mt_bench(s: spec.MTBench) -> RawSource:
 
 
 def spec_bench(s: spec.SpecBench, base: Path) -> RawSource:
-    path = _user_path(s.path, base)
+    path = user_path(s.path, base)
     return _question_jsonl(rows.read_source(path, "spec-bench"), path, "spec-bench")
 
 
@@ -94,7 +94,7 @@ def _question_jsonl(data: bytes, path: Path, what: str) -> RawSource:
 
 
 def jsonl(s: spec.Jsonl, base: Path) -> RawSource:
-    path = _user_path(s.path, base)
+    path = user_path(s.path, base)
     data = rows.read_source(path, "jsonl")
     convs = []
     for at, row in rows.jsonl_rows(data, str(path)):
@@ -107,7 +107,7 @@ def jsonl(s: spec.Jsonl, base: Path) -> RawSource:
 
 
 def sharegpt(s: spec.ShareGPT, base: Path) -> RawSource:
-    path = _user_path(s.path, base)
+    path = user_path(s.path, base)
     data = rows.read_source(path, "sharegpt")
     doc = rows.json_document(data, str(path))
     if not isinstance(doc, list):
@@ -132,7 +132,7 @@ def speed_bench(s: spec.SpeedBench, base: Path) -> RawSource:
     """A prepared SPEED-Bench folder. Two preparers exist, both read: NeMo-Skills' prepare.py (the one vLLM's
     `bench serve --dataset-name speed_bench` documents) writes DIR/<subset>.jsonl with user `messages`;
     Model-Optimizer's specdec_bench prepare_data.py writes DIR/speed/<subset>/test.parquet with `turns`."""
-    folder = _user_path(s.path, base)
+    folder = user_path(s.path, base)
     if s.subset not in spec.SPEED_BENCH_SUBSETS:
         raise BenchError(f"speed-bench: unknown subset {s.subset!r}; known: {', '.join(spec.SPEED_BENCH_SUBSETS)}")
     if not folder.is_dir():
@@ -185,6 +185,7 @@ def _parquet_rows(data: bytes, path: Path):
         yield f"{path}[row {i}]", row
 
 
-def _user_path(path: str, base: Path) -> Path:
+def user_path(path: str, base: Path) -> Path:
+    """A dataset path as the user wrote it: `~` expanded, relative ones from `base` (the profile's folder)."""
     p = Path(path).expanduser()
     return (p if p.is_absolute() else base / p).resolve()
