@@ -115,7 +115,7 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
             running = _start(ctx, engine, server, vocab)
             running = dataclasses.replace(running, request_spec=bool(flag) or _asks_request_spec(engine))
         except ServerFailed as exc:
-            seen = _seen_before_failure(ctx, engine, server)
+            seen = _seen(ctx, engine, server)
             for p in points:
                 _fail(ctx, p, exc.reason, exc.detail, phase="startup", seen=seen)
             return
@@ -152,7 +152,7 @@ def _start(ctx: SweepContext, engine: EngineConfig, server: Server, vocab: Seque
     except OSError:
         server.check_alive()
         samples = []
-    effective = read_effective(server.log_text(), samples, load_records(ctx.store.root, engine.id))
+    seen = _seen(ctx, engine, server, samples)
     info = {
         "argv": server.spec.argv,
         "started": started,
@@ -160,7 +160,7 @@ def _start(ctx: SweepContext, engine: EngineConfig, server: Server, vocab: Seque
         "pids": server.pids(),
         "log": str(server.spec.log_path.relative_to(ctx.store.root)),
     }
-    return RunningEngine(server, vocab, effective, mismatches(engine.to_dict(), effective), info)
+    return RunningEngine(server, vocab, seen["effective"], seen["mismatch"], info)
 
 
 def _run_point_or_abort(ctx: SweepContext, running: RunningEngine, point: Point) -> PointAborted | None:
@@ -365,10 +365,11 @@ def _spec_counters(server: Serving) -> dict:
         return {}
 
 
-def _seen_before_failure(ctx: SweepContext, engine: EngineConfig, server: Server) -> dict:
-    """What a server that died starting had already selected (its log; engine records if written): a draft that
-    crashed on a backend it was not asked for must say so, not only the crash (seen on vLLM 0.26.0's V2 runner)."""
-    effective = read_effective(server.log_text(), [], load_records(ctx.store.root, engine.id))
+def _seen(ctx: SweepContext, engine: EngineConfig, server: Server, samples=()) -> dict:
+    """What the server runs with (its log, /metrics `samples`, the engine records) and where that differs from
+    `engine`. Also asked of a server that died starting: a draft that crashed on a backend it was not asked for
+    must say so, not only the crash (seen on vLLM 0.26.0's V2 runner)."""
+    effective = read_effective(server.log_text(), samples, load_records(ctx.store.root, engine.id))
     return {"effective": effective, "mismatch": mismatches(engine.to_dict(), effective)}
 
 

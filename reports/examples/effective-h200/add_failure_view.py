@@ -1,5 +1,5 @@
 """The unpatched V2 fp8 run failed before the sweep stored what a failed server had selected (the sweep does since
-the commit that added bench.executor._seen_before_failure). This adds that view to its failed point with the same
+the commit that added bench.executor._seen). This adds that view to its failed point with the same
 functions, from the committed server log alone, and marks it as added afterwards. Idempotent.
 Run: .venv/bin/python reports/examples/effective-h200/add_failure_view.py"""
 
