@@ -108,7 +108,7 @@ def summary_markdown(points: pd.DataFrame, prov: dict) -> str:
 
 
 def _flagged(points: pd.DataFrame, title: str) -> list[str]:
-    flagged = points[points.mismatch.notna()] if "mismatch" in points else points.iloc[:0]
+    flagged = points[points.mismatch.notna()]
     if not len(flagged):
         return []
     return [title, "", *(f"- `{r.point_id}`: {r.mismatch}" for r in flagged.itertuples()), ""]
