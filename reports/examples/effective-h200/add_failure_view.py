@@ -3,20 +3,17 @@ the commit that added bench.executor._seen). This adds that view to its failed p
 functions, from the committed server log alone, and marks it as added afterwards. Idempotent.
 Run: .venv/bin/python reports/examples/effective-h200/add_failure_view.py"""
 
-import json
 from pathlib import Path
 
 from bench.effective import mismatches, read_effective
-from bench.store import atomic_write_json
+from bench.store import SweepStore
 
-HERE = Path(__file__).resolve().parent
-for path in sorted((HERE / "unpatched-upstream-v2" / "points").glob("*.json")):
-    point = json.loads(path.read_text())
+store = SweepStore(Path(__file__).resolve().parent / "unpatched-upstream-v2")
+for point in store.points().values():
     if point["status"] != "failed" or "effective" in point:
         continue
-    log = (HERE / "unpatched-upstream-v2" / "logs" / f"server-{point['engine_id']}.log").read_text()
-    effective = read_effective(log, [], [])
+    effective = read_effective(store.log_path(point["engine_id"]).read_text(), [], [])
     point["effective"] = {**effective, "added_afterwards": "add_failure_view.py, from the committed server log"}
     point["mismatch"] = mismatches(point["config"]["engine"], effective)
-    atomic_write_json(path, point)
-    print(path.name, point["mismatch"])
+    store.save_point(point)
+    print(point["point_id"], point["mismatch"])
