@@ -20,6 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench.store import SweepStore  # noqa: E402
 from tests.helpers.ray_cluster import RAY_ENV, start_cluster, stop_cluster  # noqa: E402
 
 PROFILE = REPO / "tests" / "data" / "e2e-cpu.toml"
@@ -34,7 +35,7 @@ def sweep(out: Path, *extra: str) -> dict:
         env={**os.environ, **RAY_ENV},
     )
     wall = time.monotonic() - t0
-    points = [json.loads(p.read_text()) for p in sorted((out / "points").glob("*.json"))]
+    points = list(SweepStore(out).points().values())
     ready = sorted({round(p["server"]["ready_s"], 1) for p in points if p["status"] == "ok"})
     return {
         "rc": proc.returncode,

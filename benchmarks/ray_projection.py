@@ -6,7 +6,7 @@ Model: an engine config costs start-up + the sum of its points; Ray runs one con
 needs all 8 GPUs of a node), so N nodes finish in the makespan of the configs spread longest-first over N lanes.
 A point of C users, P prompts of O output tokens takes ceil((P + warmup) / C) waves x (TTFT + O x TPOT).
 
-Usage: python benchmarks/ray_projection.py [--startup-s 900] [--nodes 1,2,3,4,6,8]
+Usage: python benchmarks/ray_projection.py [--nodes 1,2,3,4,6,8]
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ PROFILE = Path(__file__).resolve().parents[1] / "profiles" / "kimi-k2.6-eagle3-t
 
 # Start-up (server start to /health), seconds.
 STARTUP_RANK_MEASURED = 145.0  # docs/facts.md: one TP8 rank of Kimi K2.6, dummy weights, H200, vLLM 0.26.0 init
-STARTUP_RANK_SWEEP = (91.0, 186.0)  # reports/examples/kimi-rank-h200: ready_s of its servers (shared compile cache)
 STARTUP_REAL_ASSUMED = 900.0  # ASSUMED: issue 14's "10-20 minutes to load and capture" for real TP8 weights
 
 # Decode time per output token (ms) by concurrency: MEASURED at concurrency 1, 8, 32 on one TP8 rank

@@ -71,8 +71,10 @@ class _FileSync:
                     appends.append((rel, data))
                     self.offsets[rel] = self.offsets.get(rel, 0) + len(data)
                 continue
+            if logs_only:
+                continue
             stat = path.stat()
-            if logs_only or self.seen.get(rel) == (stat.st_mtime_ns, stat.st_size):
+            if self.seen.get(rel) == (stat.st_mtime_ns, stat.st_size):
                 continue
             self.seen[rel] = (stat.st_mtime_ns, stat.st_size)
             files.append((rel, path.read_bytes()))
