@@ -20,7 +20,7 @@ from bench.report.roofline import model_configs
 from bench.report.roofline_check import step_facts
 from bench.report.roofline_points import roofline
 from bench.report.speedup import with_speedups
-from bench.report.tables import points_table, provenance
+from bench.report.tables import plain_points, points_table, provenance
 from bench.server import classify_log
 from bench.store import SweepStore
 
@@ -110,12 +110,6 @@ def series_label(row, varied: set[str]) -> str:
     if "num_speculative_tokens" in varied:
         parts.append(f"k{row.num_speculative_tokens}")
     return " ".join(parts)
-
-
-def plain_points(df: pd.DataFrame) -> pd.DataFrame:
-    """The points that are not an emulated DCP rank (bench.dcp_emulation): one rank at 1/N of the context is not
-    comparable cell by cell with the plain ranks (the heatmap leaves them out and says so)."""
-    return df[df.dcp_emulated.isna()] if "dcp_emulated" in df else df
 
 
 def ok_points(df: pd.DataFrame) -> pd.DataFrame:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from bench import dcp_emulation
 from bench.fmt import fmt
+from bench.report.tables import plain_points
 
 BASELINE_KEY = ["dcp_size", "dcp_emulated", "concurrency", "input_len", "output_len", "workload", "arrival"]
 SPEEDUP_COLUMNS = ["point_id", "baseline_point_id", "speedup_output", "speedup_tpot"]
@@ -70,8 +71,8 @@ def best(points: pd.DataFrame, column: str = "speedup_tpot") -> tuple[str | None
     if column not in points:
         return None, None
     spec = points[(points.status == "ok") & (points.num_speculative_tokens > 0) & points[column].notna()]
-    if "dcp_emulated" in spec and spec.dcp_emulated.isna().any():
-        spec = spec[spec.dcp_emulated.isna()]
+    plain = plain_points(spec)
+    spec = plain if len(plain) else spec
     if not len(spec):
         return None, None
     row = spec.loc[spec[column].idxmax()]

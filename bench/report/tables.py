@@ -149,3 +149,9 @@ def provenance(sweep_dir: Path) -> dict:
         f"{' (dirty)' if (env['suite_git'] or {}).get('dirty') else ''}",
         "python": env["python"],
     }
+
+
+def plain_points(df: pd.DataFrame) -> pd.DataFrame:
+    """The points that are not an emulated DCP rank (bench.dcp_emulation): one rank at 1/N of the context is not
+    comparable cell by cell with the plain ranks (the heatmap and the headline speedup leave them out)."""
+    return df[df.dcp_emulated.isna()] if "dcp_emulated" in df else df
