@@ -120,7 +120,7 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
                 _fail(ctx, p, exc.reason, exc.detail, phase="startup", seen=seen)
             return
         with affinity.pinned_client(cores):
-            running.info["cpu_affinity"] = affinity.applied(setting, cores, spec.env, server.pids())
+            running.info["cpu_affinity"] = affinity.applied(setting, cores, spec.env, running.info["pids"])
             run_points(ctx, running, points)
     finally:
         # nsys finalizes its report on SIGTERM: give it time.

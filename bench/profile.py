@@ -259,8 +259,9 @@ class Profile(Strict):
     @model_validator(mode="after")
     def _wave_measures(self):
         tables = self.workload_tables.items()
+        warmup = {w: self.run.warmup_prompts if t.warmup_prompts is None else t.warmup_prompts for w, t in tables}
         check_random_only(
-            self.run, [w for w, t in tables if t.dataset is not None], [w for w, t in tables if t.warmup_prompts == 0]
+            self.run, [w for w, t in tables if t.dataset is not None], [w for w, n in warmup.items() if n < 1]
         )
         return self
 

@@ -191,6 +191,22 @@ def test_run_keys_are_checked(run, message):
         parse_profile({**RUN_PROFILE, "run": {**RUN_PROFILE["run"], **run}}, "cpu", "bad.toml")
 
 
+def test_steady_warmup_counts_each_workloads_own_warmup_prompts():
+    own = {"random": {"shapes": ["1x8x4"], "warmup_prompts": 2}}
+    run = {**RUN_PROFILE["run"], "warmup_steady": 0.05, "warmup_prompts": 0}
+    assert parse_profile({**RUN_PROFILE, "run": run, "workloads": own}, "cpu", "own.toml").run.warmup_steady == 0.05
+    with pytest.raises(BenchError, match=r"workloads \['random'\] have none"):
+        parse_profile(
+            {
+                **RUN_PROFILE,
+                "run": {**run, "warmup_prompts": 2},
+                "workloads": {"random": {"shapes": ["1x8x4"], "warmup_prompts": 0}},
+            },
+            "cpu",
+            "none.toml",
+        )
+
+
 def test_wave_measures_are_refused_for_text_workloads():
     data = {
         **RUN_PROFILE,
