@@ -124,12 +124,15 @@ def test_a_deep_results_directory_still_gets_socket_paths_that_fit(tmp_path):
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     env = server_env(deep)
     base = Path(env["VLLM_RPC_BASE_PATH"])
-    assert len(str(base)) + 37 < 107 and base.resolve() == (deep / "rpc").resolve()
-    path = f"{base}/{uuid.uuid4()}"
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.bind(path)  # fails with "AF_UNIX path too long" on the deep path itself
-    assert list((deep / "rpc").iterdir())  # the socket lives in the run's folder
-    assert server_env(deep)["VLLM_RPC_BASE_PATH"] == str(base)  # idempotent
+    try:
+        assert len(str(base)) + 37 < 107 and base.resolve() == (deep / "rpc").resolve()
+        path = f"{base}/{uuid.uuid4()}"
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(path)  # fails with "AF_UNIX path too long" on the deep path itself
+        assert list((deep / "rpc").iterdir())  # the socket lives in the run's folder
+        assert server_env(deep)["VLLM_RPC_BASE_PATH"] == str(base)  # idempotent
+    finally:
+        base.unlink(missing_ok=True)  # a link named by the folder: each run's tmp_path would leave a new one
     short = Path(tempfile.mkdtemp(prefix="b", dir="/tmp"))
     try:
         assert server_env(short)["VLLM_RPC_BASE_PATH"] == str((short / "rpc").resolve())  # short enough: as is
