@@ -73,7 +73,9 @@ def starts_to_detect(effect: float, cv: float, alpha: float, limit: int = 1000) 
     return None
 
 
-def _cv(values: np.ndarray) -> float | None:
+def cv(values) -> float | None:
+    """Coefficient of variation (sample standard deviation over |mean|); None below 2 values or at mean 0."""
+    values = np.asarray(values, float)
     if len(values) < 2 or not np.mean(values):
         return None
     return float(np.std(values, ddof=1) / abs(np.mean(values)))
@@ -99,12 +101,12 @@ def compare_servers(
     """base / cand: one list of trial values per server start. Averages trials per start, then compares."""
     b = np.array([np.mean(t) for t in base if t], float)
     c = np.array([np.mean(t) for t in cand if t], float)
-    within = [cv for cv in (_cv(np.asarray(t, float)) for t in base) if cv is not None]
+    within = [c for c in (cv(t) for t in base) if c is not None]
     out = Comparison(
         len(b),
         len(c),
         needed=starts_needed(alpha),
-        between_cv=_cv(b),
+        between_cv=cv(b),
         within_cv=float(np.median(within)) if within else None,
     )
     if not len(b) or not len(c):

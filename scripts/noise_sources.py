@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 from bench.hardware import detect_machine  # noqa: E402
 from bench.plan import make_plan  # noqa: E402
 from bench.profile import PROFILES_DIR, parse_profile  # noqa: E402
-from bench.stats import min_detectable_effect  # noqa: E402
+from bench.stats import cv, min_detectable_effect  # noqa: E402
 from bench.store import SweepStore, atomic_write_bytes, atomic_write_json  # noqa: E402
 from bench.sweep import SweepOptions, run_sweep  # noqa: E402
 
@@ -70,11 +70,6 @@ def run_once(out: Path, run: dict, repeat: int, shapes: list[str] | None) -> dic
             if folder.is_dir():
                 shutil.rmtree(folder, ignore_errors=True)
     return {"load_before": before, "load_after": os.getloadavg(), "seconds": time.monotonic() - t0}
-
-
-def cv(values: list[float]) -> float | None:
-    x = np.asarray(values, float)
-    return float(np.std(x, ddof=1) / np.mean(x)) if len(x) > 1 and np.mean(x) else None
 
 
 def cv_interval(value: float | None, n: int, level: float = 0.95) -> tuple[float | None, float | None]:
