@@ -109,7 +109,7 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
     if ctx.capture:
         spec.argv = ctx.capture.wrap(spec.argv, engine.id)
     server = Server(spec)
-    ctx.progress.point(points[0], f"starting server ({' '.join(spec.argv[3:])})" if not ctx.progress.quiet else "")
+    ctx.progress.starting(points[0], " ".join(spec.argv[3:]))
     try:
         try:
             running = _start(ctx, engine, server, vocab)
@@ -178,7 +178,7 @@ def _run_point_or_abort(ctx: SweepContext, running: RunningEngine, point: Point)
 
 
 def _run_point(ctx: SweepContext, running: RunningEngine, point: Point) -> None:
-    ctx.progress.point(point, "running")
+    ctx.progress.running(point)
     started = now()
     rows: list[dict] = []
     trials: list[dict] = []

@@ -41,6 +41,13 @@ class Progress:
             eta = f", ETA {left / 60:.1f} min"
         self.say(f"[{self.done}/{self.total}{eta}] {point.id} {point.engine.label()} {point.label}: {what}")
 
+    def starting(self, point: Point, command: str) -> None:
+        """The server for `point` (and its engine's later points) is starting with `command`."""
+        self.point(point, f"starting server ({command})")
+
+    def running(self, point: Point) -> None:
+        self.point(point, "running")
+
     def finished(self, point: Point, status: str, summary: str = "") -> None:
         self.done += 1
         self.say(f"[{self.done}/{self.total}] {point.id} {status} {summary}".rstrip())

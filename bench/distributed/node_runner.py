@@ -44,22 +44,16 @@ class EventProgress(Progress):
     """The executor's progress calls, as phase events."""
 
     def __init__(self, total: int, out: TextIO, profiled: bool = False):
-        super().__init__(total, quiet=False)
+        super().__init__(total, quiet=True)  # no lines: the worker turns the events into the live view
         self.out, self.index, self.profiled = out, 0, profiled
 
-    def say(self, text: str) -> None:
-        pass
+    def starting(self, point: Point, command: str) -> None:
+        emit(self.out, {"event": "phase", "phase": "loading", "point": None})
 
-    def point(self, point: Point, what: str) -> None:
-        if what.startswith("starting server"):
-            emit(self.out, {"event": "phase", "phase": "loading", "point": None})
-        elif what.startswith("running"):
-            self.index += 1
-            event = {"event": "phase", "phase": "running", "point": point.id, "index": self.index}
-            emit(self.out, {**event, "profiled": self.profiled})
-
-    def finished(self, point: Point, status: str, summary: str = "") -> None:
-        self.done += 1
+    def running(self, point: Point) -> None:
+        self.index += 1
+        event = {"event": "phase", "phase": "running", "point": point.id, "index": self.index}
+        emit(self.out, {**event, "profiled": self.profiled})
 
 
 class EventStore(SweepStore):

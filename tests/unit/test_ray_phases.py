@@ -66,8 +66,8 @@ def test_the_node_runner_reports_profiled_points_and_the_export(tmp_path):
     out = io.StringIO()
     engine, points = plan_for().groups[0]
     progress = EventProgress(2, out, profiled=True)
-    progress.point(points[0], "starting server (...)")
-    progress.point(points[0], "running")
+    progress.starting(points[0], "...")  # the calls bench.executor makes
+    progress.running(points[0])
     capture = EventCapture(tmp_path / "profile", None, out)
     result = capture.finalize(engine.id)  # timing mode, nothing recorded: an error in the result, not raised
     assert "error" in result and capture.outputs == [result]
