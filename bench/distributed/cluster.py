@@ -78,17 +78,9 @@ def _accelerator(resources: dict[str, float]) -> str:
     return next((k.split(":", 1)[1] for k in sorted(resources) if k.startswith("accelerator_type:")), "")
 
 
-def accelerator_arch() -> str | None:
-    """The GPU arch Ray reports (accelerator_type:NAME), when every GPU node reports the same known one."""
-    ray = import_ray()
-    names = {
-        k.split(":", 1)[1]
-        for n in ray.nodes()
-        if n.get("Alive")
-        for k in n["Resources"]
-        if k.startswith("accelerator_type:")
-    }
-    archs = {ACCELERATOR_ARCHS.get(name) for name in names}
+def accelerator_arch(cluster: Cluster) -> str | None:
+    """The GPU arch Ray reports (accelerator_type:NAME), when every node that reports one reports the same known one."""
+    archs = {ACCELERATOR_ARCHS.get(n.kind) for n in cluster.nodes if n.kind}
     return archs.pop() if len(archs) == 1 else None
 
 

@@ -21,7 +21,7 @@ def cluster_for(address: str, profile: str | None) -> tuple[Cluster, str | None]
     from bench.distributed.cluster import accelerator_arch, connect
 
     cluster = connect(address)
-    return cluster, accelerator_arch() or (hardware.arch if hardware else None)
+    return cluster, accelerator_arch(cluster) or (hardware.arch if hardware else None)
 
 
 def ray_plan(

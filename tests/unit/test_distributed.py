@@ -232,3 +232,13 @@ def test_a_ray_address_nothing_answers_is_a_user_error_at_once():
         _check_reachable("127.0.0.2:1")
     assert time.monotonic() - t0 < 5
     _check_reachable("auto")  # resolved by Ray itself
+
+
+def test_the_gpu_arch_comes_from_the_nodes_accelerator_types():
+    from bench.distributed.cluster import accelerator_arch
+
+    def of(*kinds: str) -> str | None:
+        return accelerator_arch(Cluster(tuple(Node(k, k, 8, k) for k in kinds), "GPU", "gpu"))
+
+    assert of("H200", "H100") == "sm90" and of("B200") == "sm100"
+    assert of("H200", "B200") is None and of("", "") is None and of("X9") is None
