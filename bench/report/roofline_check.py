@@ -45,15 +45,17 @@ def step_facts(sweep_dir: Path) -> StepFacts:
     """The prefill overlap of every point with raw records and the CUDA graph downgrade of every engine whose
     server log says so."""
     store, facts = SweepStore(sweep_dir), StepFacts()
+    logs_read: set[str] = set()  # one read of each engine's log, downgrade or not
     for pid, point in store.points().items():
-        raw = Path(sweep_dir) / str(point.get("raw") or f"raw/{pid}.parquet")
+        raw = store.root / point["raw"] if point.get("raw") else store.raw_path(pid)
         if raw.is_file():
             share = prefill_overlap(pd.read_parquet(raw))
             if share is not None:
                 facts.prefill_overlap[pid] = share
         engine = str(point.get("engine_id") or "")
         log = store.log_path(engine) if engine else None
-        if engine not in facts.downgrades and log is not None and log.is_file():
+        if engine not in logs_read and log is not None and log.is_file():
+            logs_read.add(engine)
             down = read_effective(log.read_text(errors="replace"), []).get("cudagraph_downgrade")
             if down:
                 facts.downgrades[engine] = down
