@@ -11,9 +11,6 @@ rest of the group only after part of the grace period; SIGKILL at its end. Signa
 could die before the API server, which then logged an EngineDeadError traceback at every clean stop. A SIGTERM
 to the guard (the driver's own Server.stop) is forwarded to its child, for the same reason.
 
-With SERVER_CPUS_ENV set (bench.affinity, `[run] cpu_affinity`), the guard puts itself on those cores before it
-starts the API server, so every process of the group inherits them.
-
 When the child exits on its own, the guard exits with the child's code, so the driver sees the server's exit as
 before. Standard library only: this file runs by path, before any of the suite is importable.
 """
@@ -30,7 +27,6 @@ import time
 from collections.abc import Callable
 
 FIRST_SHARE = 0.5  # of the grace period, for the API server to stop its engine before the group gets SIGTERM
-SERVER_CPUS_ENV = "BENCH_SERVER_CPUS"  # cores for the whole server group, "1,2,3" (bench.affinity writes it)
 
 
 def group_gone(pgid: int, but: int | None = None) -> bool:
@@ -76,13 +72,6 @@ def main(argv: list[str]) -> int:
     if sep != "--" or not cmd:
         print("usage: guard.py FD GRACE_S -- ARGV...", file=sys.stderr)
         return 2
-    cpus = os.environ.get(SERVER_CPUS_ENV)
-    if cpus:
-        try:  # before the child starts: it and everything it starts inherit the mask
-            os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
-        except (ValueError, OSError) as exc:
-            print(f"bench guard: cannot pin the server to cores {cpus}: {exc}", file=sys.stderr, flush=True)
-            return 2
     child = subprocess.Popen(cmd)
     signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signal.SIGTERM))
     pgid, me = os.getpgid(0), os.getpid()

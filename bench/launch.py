@@ -76,6 +76,17 @@ def engine_argv(
     return server_argv(target, SERVED_NAME, port, dict(engine.server), spec, engine.dcp_size, load_format)
 
 
+def measurement_line(run) -> str:
+    """How every point is measured, in one line of the dry run (docs/measurement.md)."""
+    window = "closed loop of >= num_prompts requests" + (f" and >= {run.window_s:g} s" if run.window_s else "")
+    if run.target_precision:
+        window += f", until +-{run.target_precision:.1%} (95%) on steady tok/s or {run.max_window_s:g} s"
+    text = f"warm-up {run.warmup_waves} wave(s) at the point's shape; {window}; steady span headline"
+    text += f"; contaminated windows re-measured up to {run.remeasure}x"
+    text += "; prompts shared by points of one input length (prompt_reuse)" if run.prompt_reuse else "; fresh prompts"
+    return text
+
+
 def describe_plan(plan: Plan, draft_keys: str = "legacy") -> str:
     """The --dry-run text: counts, each server's exact command (the draft's backend / KV dtype under the keys
     `draft_keys` names, as the run passes them) and its points, the skipped points."""
@@ -86,9 +97,7 @@ def describe_plan(plan: Plan, draft_keys: str = "legacy") -> str:
         "counts: " + ", ".join(f"{k} {v}" for k, v in plan.counts().items()),
     ]
     run = plan.profile.run
-    noise = {"cpu_affinity": run.cpu_affinity, "warmup_steady": run.warmup_steady, "min_window_s": run.min_window_s}
-    if shown := [f"{k} {v}" for k, v in noise.items() if v not in ("off", None, 0)]:
-        lines.append("run: " + ", ".join(shown))  # the noise measures that change how each point runs
+    lines.append("run: " + measurement_line(run))
     for engine, points in plan.groups:
         target, draft = _display_models(engine, plan.flavor)
         argv = engine_argv(engine, target, draft, _load_format(engine), 0, draft_keys)
@@ -102,7 +111,7 @@ def describe_plan(plan: Plan, draft_keys: str = "legacy") -> str:
         if planned_elsewhere and engine.num_speculative_tokens and _has_text(points):
             lines.append(f"  + {REQUEST_SPEC_NOTE}")
         for p in points:
-            lines.append(f"  point {p.id}  {_load_line(p)}")
+            lines.append(f"  point {p.id}  {_load_line(p, run.warmup_waves)}")
     if plan.skipped:
         lines.append("\nskipped:")
         for p in plan.skipped:
@@ -110,9 +119,10 @@ def describe_plan(plan: Plan, draft_keys: str = "legacy") -> str:
     return "\n".join(lines)
 
 
-def _load_line(point: Point) -> str:
+def _load_line(point: Point, warmup_waves: int) -> str:
     """A point's load in the dry run: its shape and prompts, or its text workload (dataset, sampling, arrival)."""
-    n = f"{point.num_prompts} (+{point.warmup_prompts} warmup)"
+    c = point.shape.concurrency if point.shape is not None else 0
+    n = f"{point.num_prompts} (+{max(point.warmup_prompts, warmup_waves * c)} warmup)"
     if not point.workload.is_text:
         return f"shape {point.label}  prompts {n}"
     dataset = ", ".join(f"{k}={v}" for k, v in (point.workload.dataset or {}).items())

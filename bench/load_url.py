@@ -160,11 +160,6 @@ def plan_for_url(request: LoadRequest) -> Plan:
             f"{profile.name}: load --url cannot change the server's engine configuration, and the profile varies "
             f"{shown}: keep one value of each (or choose the points of one engine with --points)"
         )
-    if str(profile.run.cpu_affinity) != "off":
-        raise BenchError(
-            f"{profile.name}: run.cpu_affinity pins a server the suite starts; load --url cannot pin a server it did "
-            'not start (pin it where it runs, e.g. taskset / docker --cpuset-cpus): set cpu_affinity = "off"'
-        )
     return load_datasets(Plan(plan.profile, plan.machine, plan.groups, [], plan.datasets))
 
 
@@ -225,7 +220,8 @@ def load_url(request: LoadRequest) -> SweepOutcome:
     )
     progress = Progress(len(points), request.quiet)
     progress.say(f"load {plan.profile.name}: {len(points)} points against {facts['url']} -> {store.root}")
-    run_points(SweepContext(store=store, progress=progress, plan=plan), running, points)
+    salt = manifest["prompt_salt"]
+    run_points(SweepContext(store=store, progress=progress, plan=plan, salt=salt), running, points)
     statuses = [p["status"] for p in store.points().values()]
     counts = {s: statuses.count(s) for s in ("ok", "failed", "skipped")}
     return SweepOutcome(store.root, _report(store.root), counts)

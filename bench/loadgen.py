@@ -76,6 +76,15 @@ def make_prompts(n: int, input_len: int, vocab: int | Sequence[int], seed: int, 
     return [[rng.choice(ids) for _ in range(input_len)] for _ in range(n)]
 
 
+def make_prompt(input_len: int, vocab: int | Sequence[int], seed: str, low: int = 3) -> list[int]:
+    """One token-id prompt of exactly input_len ids from `vocab`, drawn from a generator seeded by `seed`: a
+    string naming the prompt (run salt, point, trial, phase, index: bench.prompts), so that no two prompts of a
+    results directory share a block that vLLM's prefix cache could hit, and a run is reproduced exactly from
+    its manifest's salt."""
+    ids = range(low, vocab) if isinstance(vocab, int) else vocab
+    return random.Random(seed).choices(ids, k=input_len)
+
+
 @dataclass(frozen=True)
 class TextSettings:
     """What every request of a text workload carries besides its messages."""
@@ -96,6 +105,10 @@ class _Load:
     records: list[RequestRecord]
     last_token: float = field(default_factory=time.perf_counter)
     in_flight: int = 0
+    # every chunk's arrival and tokens, in arrival order: what a closed loop's live precision is computed from
+    # (cheap: no walk over the records while streams are being read)
+    token_times: list[float] = field(default_factory=list)
+    token_counts: list[int] = field(default_factory=list)
 
     def tick(self) -> None:
         self.last_token = time.perf_counter()
@@ -151,6 +164,8 @@ async def _read_stream(
             if done is not None and done > completed:
                 rec.chunk_times.append(now)
                 rec.chunk_tokens.append(done - completed)
+                load.token_times.append(now)
+                load.token_counts.append(done - completed)
                 completed = done
                 load.tick()
             rec.prompt_tokens = usage.get("prompt_tokens", rec.prompt_tokens)
@@ -255,28 +270,14 @@ async def _drive(
     check_alive: Callable[[], None],
     on_measure_start: Callable[[str | None], None],
 ) -> None:
-    done = asyncio.Event()
-
     async def run_phases() -> None:
-        try:
-            for phase in phases:
-                if phase.name == "measure":  # the callback may block (it scrapes /metrics): off the event loop
-                    await asyncio.get_running_loop().run_in_executor(None, on_measure_start, phase.window)
-                if phase.units:
-                    await _run_phase(load, phase, send_unit)
-        finally:
-            done.set()
+        for phase in phases:
+            if phase.name == "measure":  # the callback may block (it scrapes /metrics): off the event loop
+                await asyncio.get_running_loop().run_in_executor(None, on_measure_start, phase.window)
+            if phase.units:
+                await _run_phase(load, phase, send_unit)
 
-    main = asyncio.ensure_future(run_phases())
-    watch = asyncio.ensure_future(_watch(load, stall_s, check_alive, done))
-    finished, _ = await asyncio.wait({main, watch}, return_when=asyncio.FIRST_COMPLETED)
-    if watch in finished and (error := watch.exception()) is not None:
-        main.cancel()
-        await asyncio.gather(main, return_exceptions=True)
-        raise error
-    watch.cancel()
-    await asyncio.gather(watch, return_exceptions=True)
-    main.result()
+    await _guarded(load, run_phases(), stall_s, check_alive)
 
 
 def run_load(
@@ -372,3 +373,100 @@ def run_conversations(
 
     asyncio.run(_drive(load, phases, send_unit, stall_s, check_alive, on_window_start))
     return records
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """A closed loop at constant concurrency: `concurrency` requests in flight, a fresh prompt sent as each one
+    finishes. `prompt(phase, i)` makes request i's prompt of a phase ("warmup" or "measure"); the warm-up sends
+    `warmup` requests; the measured phase sends while `more(i, load)` says so (i: the requests sent so far in it;
+    `load` has the chunk arrivals so far, for a precision-driven stop)."""
+
+    concurrency: int
+    max_tokens: int
+    warmup: int
+    prompt: Callable[[str, int], list[int]]
+    more: Callable[[int, _Load], bool]
+
+
+async def _loop(load: _Load, loop: ClosedLoop, phase: str, send_unit) -> None:
+    """`loop.concurrency` workers, each sending one request after another until the phase is over."""
+    sent = 0
+
+    def next_index() -> int | None:
+        nonlocal sent
+        go = sent < loop.warmup if phase == "warmup" else loop.more(sent, load)
+        if not go:
+            return None
+        sent += 1
+        return sent - 1
+
+    connector = aiohttp.TCPConnector(limit=loop.concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def worker() -> None:
+            while (i := next_index()) is not None:
+                await send_unit(session, phase, i)
+
+        async with asyncio.TaskGroup() as group:
+            for _ in range(loop.concurrency):
+                group.create_task(worker())
+
+
+def run_closed_loop(
+    base_url: str,
+    model: str,
+    loop: ClosedLoop,
+    *,
+    stall_s: float,
+    timeout_s: float,
+    check_alive: Callable[[], None],
+    on_measure_start: Callable[[], None] = lambda: None,
+    records: list[RequestRecord] | None = None,
+    workload: str | None = None,
+) -> list[RequestRecord]:
+    """Random token-id prompts in a closed loop (ClosedLoop): the warm-up, then `on_measure_start()`, then the
+    measured phase; returns every record (warm-up included, marked by phase). Raises as run_load."""
+    records = [] if records is None else records
+    load = _Load(base_url, model, timeout_s, records)
+
+    async def send_unit(session, phase: str, i: int) -> None:
+        prompt = loop.prompt(phase, i)
+        rec = RequestRecord(len(records), phase, len(prompt), loop.max_tokens, send_time=0.0, workload=workload)
+        rec.category = RANDOM_CATEGORY
+        records.append(rec)
+        await _one(session, load, rec, "/v1/completions", completion_body(model, prompt, loop.max_tokens))
+        rec.arrival_time = rec.start_time = rec.send_time  # closed loop: due, arrived and started when sent
+
+    async def phases() -> None:
+        if loop.warmup:
+            await _loop(load, loop, "warmup", send_unit)
+        await asyncio.get_running_loop().run_in_executor(None, on_measure_start)  # it scrapes /metrics
+        load.token_times.clear()
+        load.token_counts.clear()
+        await _loop(load, loop, "measure", send_unit)
+
+    asyncio.run(_guarded(load, phases(), stall_s, check_alive))
+    return records
+
+
+async def _guarded(load: _Load, work, stall_s: float, check_alive: Callable[[], None]) -> None:
+    """Run `work` under the stall watchdog: whichever ends first; a watchdog error cancels the work."""
+    done = asyncio.Event()
+
+    async def run() -> None:
+        try:
+            await work
+        finally:
+            done.set()
+
+    main = asyncio.ensure_future(run())
+    watch = asyncio.ensure_future(_watch(load, stall_s, check_alive, done))
+    finished, _ = await asyncio.wait({main, watch}, return_when=asyncio.FIRST_COMPLETED)
+    if watch in finished and (error := watch.exception()) is not None:
+        main.cancel()
+        await asyncio.gather(main, return_exceptions=True)
+        raise error
+    watch.cancel()
+    await asyncio.gather(watch, return_exceptions=True)
+    main.result()

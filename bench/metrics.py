@@ -8,6 +8,8 @@ import urllib.request
 
 import numpy as np
 
+from bench import window as W
+
 _LINE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 SPEC_COUNTERS = {
@@ -16,6 +18,13 @@ SPEC_COUNTERS = {
     "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
 }
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+# Counters of what can make a window run faster or slower than its workload asks (vLLM v1's /metrics; in tokens for
+# the prefix cache): hits on prompts that were meant to be fresh, and preempted requests (recomputed later).
+CACHE_COUNTERS = {
+    "prefix_cache_queries": "vllm:prefix_cache_queries_total",
+    "prefix_cache_hits": "vllm:prefix_cache_hits_total",
+    "preemptions": "vllm:num_preemptions_total",
+}
 # vLLM puts each request's acceptance in its response with this server flag (0.32 has it, 0.26.0 has not).
 REQUEST_SPEC_FLAG = "per_request_spec_decode_metrics"
 REQUEST_SPEC_NOTE = (
@@ -78,6 +87,26 @@ def spec_counters(samples) -> dict:
             per_pos[pos] = per_pos.get(pos, 0.0) + value
     out["per_position"] = [per_pos[p] for p in sorted(per_pos)] if per_pos else None
     return out
+
+
+def cache_counters(samples) -> dict:
+    """Totals of CACHE_COUNTERS (summed over engines; None where the server has no such counter)."""
+    out: dict = {k: None for k in CACHE_COUNTERS}
+    for name, _labels, value in samples:
+        for key, metric in CACHE_COUNTERS.items():
+            if name == metric:
+                out[key] = (out[key] or 0.0) + value
+    return out
+
+
+def cache_delta(before: dict, after: dict) -> dict:
+    """Prefix-cache hits and preemptions over a window, and the hit rate (hit tokens over queried tokens)."""
+    d = {
+        k: (after[k] - before[k]) if after.get(k) is not None and before.get(k) is not None else None
+        for k in CACHE_COUNTERS
+    }
+    q, h = d["prefix_cache_queries"], d["prefix_cache_hits"]
+    return {**d, "prefix_cache_hit_rate": h / q if q and h is not None else None}
 
 
 def info_labels(samples, metric: str) -> dict[str, str] | None:
@@ -148,16 +177,8 @@ def request_counts(rows: list[dict]) -> dict | None:
 
 
 def distribution(values) -> dict:
-    arr = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
-    if arr.size == 0:
-        return {"mean": None, "p50": None, "p90": None, "p99": None, "n": 0}
-    return {
-        "mean": float(arr.mean()),
-        "p50": float(np.percentile(arr, 50)),
-        "p90": float(np.percentile(arr, 90)),
-        "p99": float(np.percentile(arr, 99)),
-        "n": int(arr.size),
-    }
+    """mean, p50, p90, p99 and n of the known values (None and NaN left out)."""
+    return W.distribution([v for v in values if v is not None and not math.isnan(v)])
 
 
 def request_latencies(rec: dict) -> dict:
@@ -193,8 +214,69 @@ def _serving_time(measured: list[dict]) -> float:
     return duration
 
 
-def summarize(records: list[dict]) -> dict:
-    """Throughput and latency distributions over the measured requests."""
+WHOLE_KEYS = (
+    "duration_s",
+    "output_throughput",
+    "request_throughput",
+    "total_token_throughput",
+    "per_user_output_throughput",
+    "ttft_ms",
+    "tpot_ms",
+    "itl_ms",
+)
+
+
+def summarize(records: list[dict], concurrency: int | None = None) -> dict:
+    """Throughput and latency over the measured requests. With `concurrency` (a closed loop at C in flight) the
+    headline figures are the steady window's (bench.window: ramp-up and drain left out), with the engine's step
+    time and the precision, and the whole window's sit under `whole`; `window` says which the headline is.
+    Without it, or when no steady span exists, the headline is the whole window, labelled so."""
+    whole = _whole(records)
+    if concurrency is None:
+        return {**whole, "window": "whole"}
+    measured = [r for r in records if r["phase"] == "measure"]
+    trials = [
+        [r for r in measured if (r.get("trial") or 0) == t] for t in sorted({r.get("trial") or 0 for r in measured})
+    ]
+    steady = W.steady(trials, concurrency)
+    if steady is None or not steady["output_throughput"]:
+        return {**whole, "window": "whole", "steady": None}
+    return {**whole, **_steady_headline(measured, steady, whole), "whole": {k: whole[k] for k in WHOLE_KEYS}}
+
+
+def _steady_headline(measured: list[dict], steady: dict, whole: dict) -> dict:
+    """The steady window's figures under the headline names; TTFT from the requests sent inside the span (a
+    prefill under load), or the whole window's when none was (one wave)."""
+    spans = [W.Span(a, b) for a, b in steady["spans"]]
+    length = steady["span_s"]
+    sent = [r for r in measured if any(s.start <= r["send_time"] < s.end for s in spans)]
+    done = [r for r in measured if r["status"] == "ok" and any(s.start < (r["end_time"] or 0) <= s.end for s in spans)]
+    own_ttft = bool(steady["ttft_ms"]["n"])
+    return {
+        "window": "steady",
+        "output_throughput": steady["output_throughput"],
+        "request_throughput": len(done) / length,
+        "total_token_throughput": (steady["output_tokens"] + sum(_prompt_tokens(r) for r in sent)) / length,
+        "per_user_output_throughput": steady["per_user_output_throughput"],
+        "ttft_ms": steady["ttft_ms"] if own_ttft else whole["ttft_ms"],
+        "tpot_ms": steady["tpot_ms"],
+        "itl_ms": steady["itl_ms"],
+        "step_ms": steady["step_ms"],
+        "precision": steady["precision"],
+        "steady": {
+            "span_s": length,
+            "spans": steady["spans"],
+            "fraction_of_window": length / whole["duration_s"] if whole["duration_s"] else None,
+            "output_tokens": steady["output_tokens"],
+            "requests_sent": len(sent),
+            "requests_finished": len(done),
+            "ttft_window": "steady" if own_ttft else "whole",
+        },
+    }
+
+
+def _whole(records: list[dict]) -> dict:
+    """Throughput and latency distributions over every measured request, first send to last end."""
     measured = [r for r in records if r["phase"] == "measure"]
     ok = [r for r in measured if r["status"] == "ok"]
     lat = [request_latencies(r) for r in ok]

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from bench.errors import BenchError
 from bench.kimi_rank import is_kimi_rank, parse_spec
-from bench.run_options import Run, check_random_only
+from bench.run_options import Run
 from bench.workloads.arrival import Arrival
 from bench.workloads.point import RANDOM, Sampling
 from bench.workloads.spec import parse_source
@@ -255,15 +255,6 @@ class Profile(Strict):
     def workload_tables(self) -> dict[str, WorkloadTable]:
         """The workloads to run: the profile's, else today's random token ids at axes.shapes."""
         return dict(self.workloads) or {RANDOM: WorkloadTable()}
-
-    @model_validator(mode="after")
-    def _wave_measures(self):
-        tables = self.workload_tables.items()
-        warmup = {w: self.run.warmup_prompts if t.warmup_prompts is None else t.warmup_prompts for w, t in tables}
-        check_random_only(
-            self.run, [w for w, t in tables if t.dataset is not None], [w for w, n in warmup.items() if n < 1]
-        )
-        return self
 
     @model_validator(mode="after")
     def _dcp_emulation(self):

@@ -1,43 +1,17 @@
-"""A profile's `[run]` table: how every point is measured (prompts, seeds, timeouts, trials) and the three
-measures against noise at its source (bench.affinity: CPU affinity; bench.waves: a warm-up until throughput is
-steady and a measured window of a least a given length). None of these keys is part of a point's id: they change
-how a point is measured, not what it is.
+"""A profile's `[run]` table: how every point is measured (prompts, seeds, timeouts, trials, the warm-up, the
+closed-loop window and its precision target; docs/measurement.md). None of these keys is part of a point's id:
+they change how a point is measured, not what it is.
 
 Kept apart from bench/profile.py so that the profile module stays one screenful of models per table.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from bench.affinity import parse_cpu_list
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class CpuSets(_Strict):
-    """Explicit cores (lists like "2-7" or "0,2-3") for the server's whole process group and for the client
-    (the load generator in the driver process); they must not overlap."""
-
-    server: str
-    client: str
-
-    @field_validator("server", "client")
-    @classmethod
-    def _core_list(cls, v: str) -> str:
-        parse_cpu_list(v)  # raises ValueError on bad syntax (an empty list is bad syntax)
-        return v
-
-    @model_validator(mode="after")
-    def _disjoint(self):
-        both = set(parse_cpu_list(self.server)) & set(parse_cpu_list(self.client))
-        if both:
-            raise ValueError(f"server and client cores must not overlap (both: {sorted(both)})")
-        return self
 
 
 class Run(_Strict):
@@ -48,50 +22,29 @@ class Run(_Strict):
     stall_timeout_s: float = Field(default=120, gt=0)  # no streamed token for this long = hang
     request_timeout_s: float = Field(default=600, gt=0)
     repeat: int = Field(default=1, ge=1)  # trials per point on the same server (not part of the point id)
-    # "off": as the OS schedules; "split": the client on the first cores (1 per 8), the server on the rest;
-    # or a table { server = "2-15", client = "0-1" }
-    cpu_affinity: Literal["off", "split"] | CpuSets = "off"
-    # Warm-up waves (warmup_prompts each) until the output tok/s of two successive waves agree within this
-    # relative tolerance, at most warmup_max_waves; None: one warm-up wave, as before
-    warmup_steady: float | None = Field(default=None, gt=0, lt=1)
-    warmup_max_waves: int = Field(default=5, ge=2)
-    # A trial's measured window lasts at least this long: waves of fresh prompts of the point's size until it
-    # does (0: one wave, as before)
-    min_window_s: float = Field(default=0, ge=0)
+    # How a point is measured (docs/measurement.md): a warm-up at the point's own shape, then a closed loop at the
+    # point's concurrency whose steady window (all C in flight and decoding) gives the headline figures.
+    warmup_waves: int = Field(default=1, ge=0)  # warm-up waves of C requests each (at least warmup_prompts)
+    window_s: float = Field(default=0, ge=0)  # the measured closed loop sends for at least this long...
+    # ...and at least num_prompts requests; then, with target_precision, until the steady throughput's 95%
+    # confidence half-width (relative) is at most this, or max_window_s has passed
+    target_precision: float | None = Field(default=None, gt=0, lt=1)
+    max_window_s: float = Field(default=300, gt=0)
+    remeasure: int = Field(default=1, ge=0)  # a window with a compile, a preemption... inside is measured again
+    prompt_reuse: bool = False  # true: points of one input length share prompts (bench.prompts); else all fresh
+    prompt_salt: str | None = None  # reproduce a run's prompts: its manifest's prompt_salt (default: a new one)
 
-    @field_validator("cpu_affinity", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _affinity(cls, v):
-        """One message that says what is wrong (a union would report both of its branches' complaints)."""
-        if isinstance(v, dict):
-            try:
-                return CpuSets(**v)
-            except ValidationError as exc:
-                err = exc.errors()[0]
-                raise ValueError(
-                    f"{'.'.join(map(str, err['loc'])) or 'table'}: {err['msg'].removeprefix('Value error, ')}"
-                ) from None
-        if v not in ("off", "split"):
+    def _removed(cls, data):
+        """Keys that measured nothing (reports/examples/cpu-noise-sources: none shrank the spread between server
+        starts) and were removed: say what replaced them."""
+        removed = ("warmup_steady", "warmup_max_waves", "min_window_s", "cpu_affinity")
+        gone = [k for k in removed if isinstance(data, dict) and k in data]
+        if gone:
             raise ValueError(
-                f"cpu_affinity is 'off', 'split' or a table {{ server = CORES, client = CORES }}, not {v!r}"
+                f"{', '.join(gone)}: removed (they did not reduce the noise they were for); the warm-up is "
+                "warmup_waves full waves at the point's shape and the headline is the steady span of a closed loop "
+                "(window_s, target_precision; docs/measurement.md)"
             )
-        return v
-
-    @property
-    def in_waves(self) -> bool:
-        """Whether a trial's load goes in waves that depend on what earlier waves measured."""
-        return self.warmup_steady is not None or self.min_window_s > 0
-
-
-def check_random_only(run: Run, text_workloads: list[str], no_warmup: list[str]) -> None:
-    """The wave measures apply to random token-id workloads: a text workload's requests differ in length from
-    wave to wave, so the throughputs of two waves are not comparable. A steady warm-up needs warm-up prompts."""
-    if run.in_waves and text_workloads:
-        raise ValueError(
-            f"run.warmup_steady / run.min_window_s apply to random token-id workloads, not to the text "
-            f"workloads {text_workloads} (their waves would differ in length)"
-        )
-    if run.warmup_steady is not None and no_warmup:
-        raise ValueError(
-            f"run.warmup_steady needs warmup_prompts >= 1 (a warm-up wave to measure); workloads {no_warmup} have none"
-        )
+        return data

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from bench.bandwidth import manifest_entry
 from bench.distributed.placement import NSYS_ON_NODE, is_cluster_outcome
 from bench.environment import collect_environment
 from bench.errors import BenchError
@@ -25,6 +26,7 @@ from bench.executor import SweepContext, run_engine
 from bench.launch import describe_plan, prompt_ids
 from bench.plan import Plan, plan_sweep
 from bench.progress import Progress, base_record, now
+from bench.prompts import new_salt
 from bench.server import stop_leftover_servers
 from bench.store import SweepStore
 
@@ -158,7 +160,7 @@ def run_sweep(plan: Plan, out_dir: Path, options: SweepOptions | None = None) ->
 
 
 def _run_points(plan: Plan, store: SweepStore, existing: dict[str, dict], options: SweepOptions) -> None:
-    _write_manifest(store, plan, options, resumed=bool(existing) or options.resume)
+    salt = _write_manifest(store, plan, options, resumed=bool(existing) or options.resume)
     for point in plan.skipped:
         if point.id not in existing:
             store.save_point({**base_record(point), "status": "skipped", "reason": point.skip_reason})
@@ -176,6 +178,7 @@ def _run_points(plan: Plan, store: SweepStore, existing: dict[str, dict], option
         draft_keys=options.draft_keys,
         extra_env=options.extra_env,
         capture=options.capture,
+        salt=salt,
     )
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -203,14 +206,20 @@ def _driver_lock(root: Path) -> Iterator[None]:
         yield
 
 
-def _write_manifest(store: SweepStore, plan: Plan, options: SweepOptions, resumed: bool) -> None:
-    manifest = plan_manifest(plan, collect_environment(plan.machine))
+def _write_manifest(store: SweepStore, plan: Plan, options: SweepOptions, resumed: bool) -> str:
+    """Write the manifest; returns the prompt salt (a resumed run keeps the first run's: bench.prompts)."""
+    environment = collect_environment(plan.machine)
+    if (bandwidth := manifest_entry(plan.machine, on_cluster=options.ray is not None)) is not None:  # GPU only
+        environment["bandwidth"] = bandwidth  # the measured copy ceiling (bench.bandwidth), or why there is none
+    manifest = plan_manifest(plan, environment)
     manifest["draft_keys"] = options.draft_keys
-    if resumed:  # keep the first run's creation time; list the resumes
+    if resumed:  # keep the first run's creation time and prompt salt; list the resumes
         old = store.manifest()
         manifest["created"] = old["created"]
         manifest["resumed"] = old.get("resumed", []) + [now()]
+        manifest["prompt_salt"] = old.get("prompt_salt") or manifest["prompt_salt"]
     store.write_manifest(manifest)
+    return manifest["prompt_salt"]
 
 
 def plan_manifest(plan: Plan, environment: dict) -> dict:
@@ -226,6 +235,7 @@ def plan_manifest(plan: Plan, environment: dict) -> dict:
             for p in plan.runnable + plan.skipped
         ],
         "datasets": [d.provenance.model_dump(mode="json") for d in plan.datasets.values()],  # text workloads'
+        "prompt_salt": plan.profile.run.prompt_salt or new_salt(),  # names every prompt (bench.prompts)
     }
 
 

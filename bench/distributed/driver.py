@@ -132,6 +132,7 @@ class RayRunner:
             nsys=self.ctx.capture.nsys if self.ctx.capture else None,
             attempt=job.attempt,
             python=sys.executable,
+            salt=self.ctx.salt,
         )
         remote = ray.remote(max_retries=0, num_cpus=0)(run_job)  # the driver re-queues, once, itself
         if job.placement.multi_node:

@@ -93,6 +93,7 @@ def context(job: EngineJob, root: Path, out: TextIO) -> SweepContext:
         extra_env=job.extra_env,
         capture=capture,
         server_args=job.server_args,
+        salt=job.salt,
     )
 
 

@@ -50,6 +50,7 @@ class EngineJob:
     # The interpreter of the node runner and so of vLLM (the driver's, where the node has that path: an A/B side's
     # environment); None or absent there: this Ray worker's own.
     python: str | None = None
+    salt: str = ""  # the results directory's prompt salt (bench.prompts)
 
 
 class _FileSync:

@@ -269,7 +269,8 @@ def _heatmap_panel(ax, cells: pd.DataFrame, backends: list[str], kvs: list[str],
 def plot_roofline(roof: pd.DataFrame) -> bytes | None:
     """Per point, log scale: the bandwidth-bound max decode tok/s (top-k experts; uniform routing) and the
     achieved output tok/s, with the achieved fraction of the top-k bound written next to it and, where the step
-    was measured, the share of peak HBM bandwidth its modelled bytes took (bench.report.roofline_check)."""
+    was measured, the share of peak HBM bandwidth its modelled bytes took (bench.report.roofline_check) and, where
+    the sweep measured it, of the copy ceiling (bench.bandwidth)."""
     if not len(roof):
         return None
     n = len(roof)
@@ -285,9 +286,12 @@ def plot_roofline(roof: pd.DataFrame) -> bytes | None:
     ):
         ax.barh(y + dy, values, height=h, color=color, label=label)
     step_bw = pd.to_numeric(roof.get("achieved_fraction", pd.Series(np.nan, index=roof.index)), errors="coerce")
-    for yi, a, f, bw in zip(y, ach, roof.fraction_of_max, step_bw):
+    nan = pd.Series(np.nan, index=roof.index)
+    step_copy = pd.to_numeric(roof.get("achieved_fraction_measured", nan), errors="coerce")
+    for yi, a, f, bw, copy in zip(y, ach, roof.fraction_of_max, step_bw, step_copy):
         if a == a and f is not None and f == f:
             step = f"; decode step at {bw:.0%} of peak HBM" if bw == bw else ""
+            step += f" ({copy:.0%} of the measured copy ceiling)" if bw == bw and copy == copy else ""
             ax.text(a, yi - h, f"  {f:.2%} of max (top-k){step}", va="center", fontsize=8)
     ax.set_xscale("log")
     ax.set_yticks(y, roof.label)

@@ -98,7 +98,8 @@ ROOFLINE_INPUT_COLUMNS: Columns = {
     "draft_kv_cache_dtype": ("draft KV dtype", None),
     "mean_acceptance_length": ("mean acceptance length", ".3f"),
     "tokens_per_step": ("tokens/step", ",.2f"),
-    "bandwidth_bytes_s": ("bandwidth B/s", ".3g"),
+    "bandwidth_bytes_s": ("datasheet bandwidth B/s", ".3g"),
+    "measured_bandwidth_bytes_s": ("measured copy B/s", ".3g"),
 }
 ROOFLINE_COLUMNS: Columns = {
     "label": ("point", None),
@@ -125,8 +126,10 @@ CHECK_COLUMNS: Columns = {
     "tpot_mean_ms": ("TPOT mean ms", ".2f"),
     "mean_acceptance_length": ("tokens/step/request", ".2f"),
     "step_ms": ("measured step ms", ".2f"),
+    "step_source": ("measured step from", None),
     "achieved_tb_s": ("achieved TB/s", ".2f"),
-    "achieved_fraction": ("of peak", ".0%"),
+    "achieved_fraction": ("of datasheet peak", ".0%"),
+    "achieved_fraction_measured": ("of measured copy ceiling", ".0%"),
     "prefill_overlap": ("decode time with prefill", ".0%"),
     "note": ("model vs measurement", None),
 }

@@ -30,12 +30,16 @@ RESULT_COLUMNS = {
     "concurrency": ("conc.", 0),
     "input_len": ("in", 0),
     "output_len": ("out", 0),
+    "window": ("window", 0),
     "output_throughput": ("output tok/s", 1),
+    "throughput_pm": ("+-", 0),
+    "output_throughput_whole": ("whole-window tok/s", 1),
     "per_user_output_throughput": ("tok/s/user", 1),
     "ttft_p50_ms": ("TTFT p50 ms", 1),
     "ttft_p99_ms": ("TTFT p99 ms", 1),
     "tpot_p50_ms": ("TPOT p50 ms", 2),
     "tpot_p99_ms": ("TPOT p99 ms", 2),
+    "step_p50_ms": ("step p50 ms", 2),
     "itl_p99_ms": ("ITL p99 ms", 2),
     "acceptance_rate": ("accept", 3),
     "mean_acceptance_length": ("mean len", 2),
@@ -58,7 +62,7 @@ FAILED_COLUMNS = {
 def _result_columns(points: pd.DataFrame) -> dict[str, tuple[str, int]]:
     """The results table's columns; with workloads, each point's load (workload, sampling, arrival) after k."""
     if not has_workloads(points):
-        return RESULT_COLUMNS
+        return dict(RESULT_COLUMNS)
     keys = list(RESULT_COLUMNS)
     at = keys.index("num_speculative_tokens") + 1
     return (
@@ -83,8 +87,11 @@ def summary_markdown(points: pd.DataFrame, prov: dict) -> str:
         "",
     ]
     if len(ok):
-        shown, columns = markdown_results(ok, _result_columns(points))
-        lines += ["## Results", "", md_table(shown, columns), "", *markdown_notes(points)]
+        shown, columns = markdown_results(
+            ok.assign(throughput_pm=ok.throughput_halfwidth.map(_pm)), _result_columns(points)
+        )
+        lines += ["## Results", "", md_table(shown, columns), "", WINDOW_NOTE, "", *markdown_notes(points)]
+        lines += _contaminated(ok)
         lines += category_markdown(points, md_table)
         lines += _flagged(ok, "**Effective configuration differs from the asked one:**")
         lines += [
@@ -105,6 +112,26 @@ def summary_markdown(points: pd.DataFrame, prov: dict) -> str:
         lines += _flagged(bad, "**What the failed servers had selected, against what was asked (from their logs):**")
     lines += ["## Provenance", ""] + [f"- {k}: {v}" for k, v in prov.items()] + [""]
     return "\n".join(lines)
+
+
+WINDOW_NOTE = (
+    "`window` steady: output tok/s, TPOT, ITL and step are measured over the span in which all C requests were in "
+    "flight and decoding (ramp-up and drain left out; docs/measurement.md); `+-` is the 95% confidence half-width "
+    "of the steady tok/s from sub-windows; `whole-window tok/s` is first send to last end, ramp-up and drain "
+    "included. `window` whole: no steady span (an open-loop arrival, or too few requests): the whole window."
+)
+
+
+def _pm(halfwidth) -> str | None:
+    return None if halfwidth is None or pd.isna(halfwidth) else f"{halfwidth:.1%}"
+
+
+def _contaminated(ok: pd.DataFrame) -> list[str]:
+    bad = ok[ok.contamination.notna()]
+    if not len(bad):
+        return []
+    lines = ["**Windows with something else inside (after re-measuring; docs/measurement.md):**", ""]
+    return lines + [f"- `{r.point_id}` ({r.load}): {r.contamination}" for r in bad.itertuples()] + [""]
 
 
 def _flagged(points: pd.DataFrame, title: str) -> list[str]:

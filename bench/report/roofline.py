@@ -37,6 +37,10 @@ this config-generic count does not (it counts such experts at the model dtype).
 
 Not modelled: activations, the sampler, prefill, kernel efficiency, launch overheads, communication.
 
+The bandwidth is the datasheet's (GPU_BANDWIDTH). Where the sweep measured the GPU's device-to-device copy
+ceiling (bench.bandwidth, manifest environment["bandwidth"]; `measured_bandwidth`), the report shows it beside
+the datasheet figure and the achieved bandwidth as a share of both.
+
 This module is the model (bytes per step from the configs); bench.report.roofline_points applies it to a sweep
 and bench.report.roofline_check compares it with the measured step time.
 """
@@ -82,6 +86,29 @@ def gpu_bandwidth(gpu_name: str | None) -> tuple[float, str] | None:
         if key.lower() in gpu_name.lower():
             return bw, label
     return None
+
+
+def measured_bandwidth(environment: dict) -> tuple[float | None, str]:
+    """(bytes/s, what to show) of the device-to-device copy ceiling a sweep on a GPU measured (manifest
+    environment["bandwidth"], bench.bandwidth: best of its repeats, read + write counted); bytes/s None when it
+    was not measured, with the reason."""
+    entry = environment.get("bandwidth")
+    if not isinstance(entry, dict):
+        return None, "not measured (results from before bench.bandwidth)"
+    try:
+        bw = float(entry.get("bytes_per_s") or 0)
+    except (TypeError, ValueError):
+        bw = 0.0
+    if not (bw > 0 and math.isfinite(bw)):
+        return None, f"not measured: {entry.get('reason') or 'no value recorded'}"
+    size, median = entry.get("size_bytes"), entry.get("median_bytes_per_s")
+    what = [
+        f"device-to-device copy{f' of {size / 2**30:g} GiB' if isinstance(size, int | float) else ''}",
+        "read + write counted",
+        f"best of {entry.get('repeats', '?')}"
+        + (f" (median {median / 1e12:.2f})" if isinstance(median, int | float) else ""),
+    ]
+    return bw, f"{bw / 1e12:.2f} TB/s: {', '.join(what)}"
 
 
 # --- model configs -----------------------------------------------------------------------------------------

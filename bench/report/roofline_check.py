@@ -2,9 +2,12 @@
 time = the HBM bandwidth the step achieved, as a share of the GPU's, and one sentence saying whether model and
 measurement agree and, where they do not, what the results show about why.
 
-Measured step time = mean TPOT x mean acceptance length (1 without a draft): TPOT is per output token of one
-request, and one step (a draft round + the target's verify) yields mean-acceptance-length tokens per request. Mean
-TPOT is 1000 / per-user output tok/s (bench.metrics.summarize defines per-user tok/s that way).
+Measured step time (`step_measurement`): the engine's decode step measured directly where the point record has it
+(metrics.step_ms, the gaps between streamed chunks while all of the point's requests decode; its p50, labelled
+"steady step p50"); else derived, as before, as mean TPOT x mean acceptance length (1 without a draft): TPOT is per
+output token of one request, and one step (a draft round + the target's verify) yields mean-acceptance-length
+tokens per request. Mean TPOT is 1000 / per-user output tok/s (bench.metrics.summarize defines per-user tok/s that
+way). The derived step holds whatever else the whole window holds (ramp-up, tail, prefill), the steady one less.
 
 What the results tell besides the numbers (read from the results directory alone):
 - prefill mixed into decode: from the raw request records, the share of the measured requests' decode time
@@ -106,6 +109,26 @@ def measured_step(per_user_tok_s: object, mean_acceptance_length: object) -> tup
         return None
     tpot_ms = 1e3 / per_user
     return tpot_ms, tpot_ms * mal
+
+
+STEADY_STEP = "steady step p50"
+DERIVED_STEP = "mean TPOT x mean acceptance length"
+
+
+def step_measurement(r, mal: float) -> tuple[float | None, float | None, str | None]:
+    """(mean TPOT ms, step ms, where the step comes from) of a points-table row: the directly measured step's p50
+    (column step_p50_ms, from metrics.step_ms) when the row has one, else mean TPOT x mean acceptance length
+    (`mal`); (None, None, None) when neither is known. Rows read with getattr: tables without the column work."""
+    derived = measured_step(getattr(r, "per_user_output_throughput", None), mal)
+    tpot_ms = derived[0] if derived else None
+    steady = number(getattr(r, "step_p50_ms", None))
+    if steady is not None and steady > 0:
+        window = getattr(r, "window", None)
+        label = f"step p50 ({window} window)" if isinstance(window, str) and window != "steady" else STEADY_STEP
+        return tpot_ms, steady, label
+    if derived is None:
+        return None, None, None
+    return tpot_ms, derived[1], DERIVED_STEP
 
 
 def explain(

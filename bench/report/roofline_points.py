@@ -17,11 +17,12 @@ from bench.report.roofline import (
     draft_pass_params,
     gpu_bandwidth,
     linear_bytes,
+    measured_bandwidth,
     rank_step_bytes,
     step_bytes,
     target_weight_params,
 )
-from bench.report.roofline_check import StepFacts, explain, measured_step, number
+from bench.report.roofline_check import StepFacts, explain, number, step_measurement
 
 STEP_PARTS = [
     "target_weight_bytes",
@@ -35,8 +36,10 @@ ROOFLINE_COLUMNS += ["num_speculative_tokens", "target_kv_dtype", "draft_kv_cach
 ROOFLINE_COLUMNS += ["tokens_per_step", *STEP_PARTS, "bandwidth_bytes_s", "max_output_tok_s", "output_throughput"]
 ROOFLINE_COLUMNS += ["fraction_of_max", "uniform_experts_read", "bytes_per_step_uniform", "max_output_tok_s_uniform"]
 ROOFLINE_COLUMNS += ["fraction_of_max_uniform"]
-# model vs measurement (bench.report.roofline_check): bytes (uniform routing) over the measured step time
-CHECK_COLUMNS = ["byte_model", "tpot_mean_ms", "step_ms", "model_step_ms", "achieved_bytes_s", "achieved_fraction"]
+# model vs measurement (bench.report.roofline_check): bytes (uniform routing) over the measured step time; the
+# achieved bandwidth as a share of the datasheet's and, where the sweep measured it, of the copy ceiling
+CHECK_COLUMNS = ["byte_model", "tpot_mean_ms", "step_ms", "step_source", "model_step_ms", "achieved_bytes_s"]
+CHECK_COLUMNS += ["achieved_fraction", "measured_bandwidth_bytes_s", "achieved_fraction_measured"]
 CHECK_COLUMNS += ["prefill_overlap", "note"]
 ROOFLINE_COLUMNS += CHECK_COLUMNS
 KIMI_MODEL = "bench.kimi_rank.decode_step_bytes"
@@ -60,7 +63,10 @@ def roofline(
     target, draft = known[first] if first else (None, None)
     source = f"models/{first}/ ({'target.json, draft.json' if draft else 'target.json'})" if first else None
     bw = gpu_bandwidth(machine.get("gpu_name")) if machine.get("platform") == "gpu" else None
-    inputs = model_inputs_table(target, draft, source or "unknown: not stored with these results", machine, bw)
+    measured = measured_bandwidth(manifest.get("environment") or {}) if machine.get("platform") == "gpu" else None
+    inputs = model_inputs_table(
+        target, draft, source or "unknown: not stored with these results", machine, bw, measured
+    )
     if machine.get("platform") != "gpu":
         notes.append("CPU run: memory bandwidth unknown to this table; no roofline.")
     elif bw is None:
@@ -73,7 +79,8 @@ def roofline(
         return pd.DataFrame(columns=ROOFLINE_COLUMNS), inputs, notes
     ok = points[points.status == "ok"]
     facts = facts or StepFacts()
-    rows = [_point_row(r, known.get(r.engine_id), bw[0], facts) for r in ok.itertuples()]
+    ceiling = measured[0] if measured else None
+    rows = [_point_row(r, known.get(r.engine_id), bw[0], facts, ceiling) for r in ok.itertuples()]
     missing = sum(row is None for row in rows)
     if missing:
         notes.append(f"{missing} ok point(s) have no measured mean acceptance length or no stored configs: left out.")
@@ -82,10 +89,16 @@ def roofline(
     return pd.DataFrame([row for row in rows if row is not None], columns=ROOFLINE_COLUMNS), inputs, notes
 
 
-def _point_row(r, configs: tuple[dict | None, dict | None] | None, bandwidth: float, facts: StepFacts) -> dict | None:
+def _point_row(
+    r,
+    configs: tuple[dict | None, dict | None] | None,
+    bandwidth: float,
+    facts: StepFacts,
+    measured_bw: float | None = None,
+) -> dict | None:
     """One ok point's bound (top-k and uniform routing), achieved fraction, and the model-vs-measurement check;
     None without the configs it needs or, with a draft, a measured mean acceptance length (tokens per step are
-    unknown then)."""
+    unknown then). `bandwidth`: the datasheet's; `measured_bw`: the sweep's measured copy ceiling, if any."""
     k = int(r.num_speculative_tokens)
     mal = 1.0 if k == 0 else number(r.mean_acceptance_length)
     target, draft = configs or (None, None)
@@ -131,7 +144,7 @@ def _point_row(r, configs: tuple[dict | None, dict | None] | None, bandwidth: fl
         "bytes_per_step_uniform": u["bytes_per_step_per_gpu"],
         "max_output_tok_s_uniform": max_u,
         "fraction_of_max_uniform": None if out is None else out / max_u,
-        **_check(r, mal, u["bytes_per_step_per_gpu"], bandwidth, facts, spec),
+        **_check(r, mal, u["bytes_per_step_per_gpu"], bandwidth, facts, spec, measured_bw),
     }
 
 
@@ -176,24 +189,30 @@ class _Step:
         )
 
 
-def _check(r, mal: float, step_bytes_: float, bandwidth: float, facts: StepFacts, spec) -> dict:
+def _check(
+    r, mal: float, step_bytes_: float, bandwidth: float, facts: StepFacts, spec, measured_bw: float | None = None
+) -> dict:
     """The model beside the measurement: the step's bytes (uniform routing) at peak bandwidth vs the measured
-    step (mean TPOT x mean acceptance length), the bandwidth that implies, and the sentence on why they differ."""
-    measured = measured_step(getattr(r, "per_user_output_throughput", None), mal)
+    step (the steady step's p50 where the record has it, else mean TPOT x mean acceptance length), the bandwidth
+    that implies as a share of the datasheet's and of the measured copy ceiling, and the sentence on why they
+    differ (against the datasheet's)."""
+    tpot_ms, step_ms, source = step_measurement(r, mal)
     overlap = facts.prefill_overlap.get(r.point_id)
     out = {
         "byte_model": KIMI_MODEL if spec is not None else GENERIC_MODEL,
-        "tpot_mean_ms": None,
+        "tpot_mean_ms": tpot_ms,
         "step_ms": None,
+        "step_source": source,
         "model_step_ms": step_bytes_ / bandwidth * 1e3,
         "achieved_bytes_s": None,
         "achieved_fraction": None,
+        "measured_bandwidth_bytes_s": measured_bw,
+        "achieved_fraction_measured": None,
         "prefill_overlap": overlap,
         "note": None,
     }
-    if measured is None:
+    if step_ms is None:
         return out
-    tpot_ms, step_ms = measured
     achieved = step_bytes_ / (step_ms / 1e3)
     extra = dcp_emulation.excess_projection_bytes(spec.name, int(r.num_speculative_tokens)) if spec else 0.0
     note = explain(
@@ -204,8 +223,9 @@ def _check(r, mal: float, step_bytes_: float, bandwidth: float, facts: StepFacts
         downgrade=facts.downgrades.get(r.engine_id),
         emulated_extra=extra,
     )
-    out.update(tpot_mean_ms=tpot_ms, step_ms=step_ms, achieved_bytes_s=achieved, note=note)
+    out.update(step_ms=step_ms, achieved_bytes_s=achieved, note=note)
     out["achieved_fraction"] = achieved / bandwidth
+    out["achieved_fraction_measured"] = achieved / measured_bw if measured_bw else None
     return out
 
 
@@ -216,9 +236,15 @@ CONFIG_KEYS += ["first_k_dense_replace", "vocab_size", "draft_vocab_size", "targ
 
 
 def model_inputs_table(
-    target: dict | None, draft: dict | None, source: str, machine: dict, bw: tuple[float, str] | None
+    target: dict | None,
+    draft: dict | None,
+    source: str,
+    machine: dict,
+    bw: tuple[float, str] | None,
+    measured: tuple[float | None, str] | None = None,
 ) -> pd.DataFrame:
-    """Every input of the model, as (quantity, value, where from) rows."""
+    """Every input of the model, as (quantity, value, where from) rows. `measured`: the measured copy ceiling
+    (bench.report.roofline.measured_bandwidth), shown beside the datasheet figure (GPU runs)."""
     rows = [
         ("model configs", source, "results directory"),
         ("GPU", machine.get("gpu_name") or f"none ({machine.get('platform')})", "manifest environment.machine"),
@@ -228,6 +254,8 @@ def model_inputs_table(
             "bench.report.roofline.GPU_BANDWIDTH",
         ),
     ]
+    if measured is not None:
+        rows.append(measured_bandwidth_row(measured, bw))
     spec = kimi_rank.spec_from_config(target)
     rows.append(_byte_model_row(spec))
     for role, cfg in (("target", target), ("draft", draft)):
@@ -250,6 +278,16 @@ def model_inputs_table(
             )
         )
     return pd.DataFrame(rows, columns=["quantity", "value", "source"])
+
+
+def measured_bandwidth_row(
+    measured: tuple[float | None, str], datasheet: tuple[float, str] | None
+) -> tuple[str, str, str]:
+    """The inputs table's row for the measured copy ceiling, with its share of the datasheet figure."""
+    value, text = measured
+    if value is not None and datasheet:
+        text += f"; {value / datasheet[0]:.0%} of the datasheet's {datasheet[0] / 1e12:g} TB/s"
+    return ("measured copy bandwidth per GPU", text, "manifest environment.bandwidth (bench.bandwidth)")
 
 
 def _byte_model_row(spec: kimi_rank.RankSpec | None) -> tuple[str, str, str]:

@@ -1,10 +1,11 @@
 """Speculative speedup per point: over the no-speculation (k = 0) baseline of the same load and engine otherwise.
 
 Two ratios, both > 1 when speculation helps:
-- output tok/s: the point's over the baseline's. Over the whole measured window, so it includes prefill (TTFT)
-  and queueing: with one wave of requests and short outputs the prefill can be a third of the window.
-- decode time per token: the baseline's mean TPOT over the point's (decode only). Mean TPOT is 1000 / per-user
-  output tok/s (bench.metrics.summarize defines per-user tok/s that way), so this is the per-user tok/s ratio.
+- output tok/s: the point's over the baseline's, both over their steady span when they have one (bench.window:
+  all C requests in flight, ramp-up and drain left out), so a slot's cycle still holds its request's prefill;
+- decode time per token: the baseline's TPOT p50 over the point's (per request, inside the steady span).
+When the two differ by more than CAUSE_LIMIT, the notes name the measured cause where they can: a slot serves
+one request in TTFT + (n - 1) x TPOT, so the prefill's share of that cycle moves tok/s but not TPOT.
 
 A point's baseline has the same DCP size (real or emulated), concurrency, input and output lengths and workload
 (a sweep has one target and one set of server arguments; every other engine axis is about the draft). Without
@@ -46,7 +47,7 @@ def speedups(points: pd.DataFrame) -> pd.DataFrame:
             row["baseline_point_id"] = b.point_id
         if b is not None and p.status == "ok":
             row["speedup_output"] = _ratio(p.output_throughput, b.output_throughput)
-            row["speedup_tpot"] = _ratio(p.per_user_output_throughput, b.per_user_output_throughput)
+            row["speedup_tpot"] = _ratio(b.get("tpot_p50_ms"), p.get("tpot_p50_ms"))
         rows.append(row)
     return pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
 
@@ -116,9 +117,10 @@ def markdown_notes(points: pd.DataFrame) -> list[str]:
     if "speedup_output" in points:
         lines += [
             "Speedups are over the no-speculation (k = 0) point of the same shape: `vs k=0 tok/s` = output tok/s "
-            "ratio (includes prefill), `vs k=0 TPOT` = baseline mean TPOT / this point's (decode only).",
+            "ratio (steady windows where both have one), `vs k=0 TPOT` = baseline TPOT p50 / this point's.",
             "",
         ]
+        lines += _disagreements(points)
     if "dcp_emulated" in points and points.dcp_emulated.notna().any():
         lines += [
             f"DCP `N ({dcp_emulation.LABEL})`: one DCP-N rank emulated on one GPU; `in` is the rank's share of "
@@ -126,3 +128,40 @@ def markdown_notes(points: pd.DataFrame) -> list[str]:
             "",
         ]
     return lines
+
+
+CAUSE_LIMIT = 0.10  # the two speedups disagree when they differ by more than this (relative)
+
+
+def _disagreements(points: pd.DataFrame) -> list[str]:
+    """Points whose tok/s and TPOT speedups differ by more than CAUSE_LIMIT, with the cause where the slot cycle
+    (TTFT + (n - 1) x TPOT per request, both measured) predicts the tok/s ratio within 5%: the prefill's share."""
+    if "speedup_tpot" not in points:
+        return []
+    by_id = points.set_index("point_id", drop=False)
+    lines = []
+    for p in points[(points.status == "ok") & points.speedup_output.notna() & points.speedup_tpot.notna()].itertuples():
+        gap = p.speedup_output / p.speedup_tpot - 1
+        if abs(gap) <= CAUSE_LIMIT:
+            continue
+        b = by_id.loc[p.baseline_point_id]
+        cycle = _ratio(_cycle(b), _cycle(p))
+        cause = "cause not measured"
+        if pd.notna(cycle) and abs(cycle / p.speedup_output - 1) <= 0.05:
+            cause = (
+                f"the prefill inside each request's cycle: TTFT p50 {p.ttft_p50_ms:,.0f} ms vs {b.ttft_p50_ms:,.0f} ms "
+                f"at k = 0; the cycle TTFT + (n-1) x TPOT predicts {cycle:.2f}x"
+            )
+        lines.append(
+            f"- `{p.point_id}` ({p.load}): tok/s {p.speedup_output:.2f}x vs TPOT {p.speedup_tpot:.2f}x ({gap:+.0%}): {cause}"
+        )
+    return ["Where the two speedups differ by more than 10%:", "", *lines, ""] if lines else []
+
+
+def _cycle(row) -> float:
+    """A slot's time per request: TTFT p50 + (output length - 1) x TPOT p50 (ms); NaN where unknown."""
+    values = [
+        pd.to_numeric(getattr(row, c, None), errors="coerce") for c in ("ttft_p50_ms", "tpot_p50_ms", "output_len")
+    ]
+    ttft, tpot, n = values
+    return float(ttft + (n - 1) * tpot) if all(pd.notna(v) for v in values) else np.nan

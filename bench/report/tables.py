@@ -22,7 +22,15 @@ POINT_COLUMNS = [
     "input_len",
     "output_len",
     "acceptance_mode",
+    "window",  # "steady": the headline figures are the steady span's (bench.window); "whole": the whole window's
     "output_throughput",
+    "output_throughput_whole",  # over the whole measured window (ramp-up and drain included), labelled apart
+    "throughput_halfwidth",  # relative 95% half-width of the steady output tok/s (sub-window batch means)
+    "tpot_halfwidth",
+    "step_p50_ms",  # the engine's step in the steady span: the gap between a request's successive chunks
+    "steady_fraction",  # the steady span's share of the measured window
+    "prefix_cache_hit_rate",
+    "contamination",  # what ran inside the window besides the load (compile, preemption...), after re-measures
     "per_user_output_throughput",
     "request_throughput",
     "ttft_p50_ms",
@@ -76,7 +84,15 @@ def point_row(p: dict) -> dict:
         "input_len": shape.get("input_len"),
         "output_len": shape.get("output_len", (workload.get("sampling") or {}).get("max_tokens")),
         "acceptance_mode": eng["acceptance"]["mode"],
+        "window": m.get("window", "whole"),  # records before the steady window: the whole window
         "output_throughput": m.get("output_throughput"),
+        "output_throughput_whole": (m.get("whole") or {}).get("output_throughput", m.get("output_throughput")),
+        "throughput_halfwidth": (m.get("precision") or {}).get("output_throughput_halfwidth"),
+        "tpot_halfwidth": (m.get("precision") or {}).get("tpot_halfwidth"),
+        "step_p50_ms": (m.get("step_ms") or {}).get("p50"),
+        "steady_fraction": (m.get("steady") or {}).get("fraction_of_window"),
+        "prefix_cache_hit_rate": (p.get("cache") or {}).get("prefix_cache_hit_rate"),
+        "contamination": ", ".join(sorted({e["kind"] for e in p.get("contamination") or []})) or None,
         "per_user_output_throughput": m.get("per_user_output_throughput"),
         "request_throughput": m.get("request_throughput"),
         "ttft_p50_ms": pct("ttft_ms", "p50"),

@@ -182,7 +182,7 @@ def test_records_and_summary_say_emulated(tmp_path):
     spec = {"acceptance_rate": 0.43, "mean_acceptance_length": 2.3, "per_position_acceptance": [0.65, 0.4, 0.25]}
     for p in plan.runnable:  # the emulated rank twice as fast as the plain one; speculation 1.5x on both
         tok_s = 100.0 * (2 if p.emulation else 1) * (1.5 if p.engine.num_speculative_tokens else 1)
-        metrics = {"output_throughput": tok_s, "per_user_output_throughput": tok_s / 2}
+        metrics = {"output_throughput": tok_s, "per_user_output_throughput": tok_s / 2, "tpot_ms": {"p50": 2e3 / tok_s}}
         store.save_point(_record(p, metrics, spec if p.engine.num_speculative_tokens else None))
     rows = {r["point_id"]: r for r in map(point_row, store.points().values())}
     assert {rows[p.id]["dcp_emulated"] for p in plan.runnable} == {None, 8}

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench import effective as E
-from bench import executor
+from bench import executor, trial
 from bench.hardware import Machine
 from bench.plan import make_plan
 from bench.profile import parse_profile
@@ -404,14 +404,14 @@ def sweep_with_record(tmp_path, monkeypatch, rec: dict) -> Path:
     def fake_spec(engine, store, flavor, extra_env=None, draft_keys="legacy"):
         return ServerSpec(["python"], dict(extra_env or {}), store.log_path(engine.id), 9), 2048
 
-    def fake_load(base_url, model, *, prompts, warmup_count, max_tokens, records, on_measure_start, **_):
+    def fake_load(base_url, model, loop, *, records, on_measure_start, **_):
         on_measure_start()
         return records
 
     monkeypatch.setattr(executor, "server_spec", fake_spec)
     monkeypatch.setattr(executor, "Server", lambda spec: RecordingServer(spec, rec))
-    monkeypatch.setattr(executor, "run_load", fake_load)
-    monkeypatch.setattr(executor.M, "scrape", lambda url, timeout=10: "")
+    monkeypatch.setattr(trial, "run_closed_loop", fake_load)
+    monkeypatch.setattr(trial.M, "scrape", lambda url, timeout=10: "")
     plan = make_plan(parse_profile(PROFILE, "cpu", "record.toml"), Machine("cpu"))
     stale = E.records_dir(tmp_path / "out", plan.runnable[0].engine.id)
     stale.mkdir(parents=True)

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from bench import executor
+from bench import executor, trial
 from bench.hardware import Machine
-from bench.loadgen import LoadAborted, RequestRecord
+from bench.loadgen import LoadAborted
 from bench.plan import make_plan
 from bench.profile import parse_profile
 from bench.server import ServerFailed, ServerSpec
 from bench.store import SweepStore
 from bench.sweep import SweepOptions, run_sweep
+from tests.helpers.scripted_load import fake_closed_loop
 
 PROFILE = {
     "name": "scripted",
@@ -24,7 +25,7 @@ PROFILE = {
         "num_speculative_tokens": [2],
         "shapes": ["1x8x4", "2x8x4", "3x8x4"],
     },
-    "run": {"num_prompts": 3, "warmup_prompts": 1, "repeat": 2},
+    "run": {"num_prompts": 3, "warmup_prompts": 1, "warmup_waves": 0, "repeat": 2},
 }
 
 
@@ -59,28 +60,23 @@ class FakeServer:
 @pytest.fixture
 def scripted(monkeypatch, tmp_path):
     """Patches the executor's server, load generator and /metrics; returns (script, run) where run() sweeps."""
-    script: dict = {"loads": []}
+    script: dict = {}
 
     def fake_spec(engine, store, flavor, extra_env=None, draft_keys="legacy"):
         return ServerSpec(["python", "-m", "vllm"], {}, store.log_path(engine.id), 9), 2048
 
-    def fake_load(base_url, model, *, prompts, warmup_count, max_tokens, records, on_measure_start, **_):
-        number = len(script["loads"])
-        script["loads"].append(len(prompts))
-        action = script.get("actions", {}).get(number, "ok")
-        for i, prompt in enumerate(prompts):
-            if i == warmup_count:
-                on_measure_start()
-            phase = "warmup" if i < warmup_count else "measure"
-            records.append(_record(i, phase, len(prompt), max_tokens, ok=True))
-            if action != "ok" and i == 1:  # one measured request done, then the scripted fault
-                _fault(action, script)
-        return records
+    def fault(call: int, i: int) -> None:
+        action = script.get("actions", {}).get(call, "ok")
+        if action != "ok" and i == 1:  # one measured request done, then the scripted fault
+            _fault(action, script)
+
+    calls: list[dict] = []
+    script["loads"] = calls
 
     monkeypatch.setattr(executor, "server_spec", fake_spec)
     monkeypatch.setattr(executor, "Server", lambda spec: FakeServer(spec, script))
-    monkeypatch.setattr(executor, "run_load", fake_load)
-    monkeypatch.setattr(executor.M, "scrape", lambda url, timeout=10: "vllm:spec_decode_num_drafts_total 5\n")
+    monkeypatch.setattr(trial, "run_closed_loop", fake_closed_loop(calls, fault))
+    monkeypatch.setattr(trial.M, "scrape", lambda url, timeout=10: "vllm:spec_decode_num_drafts_total 5\n")
     plan = make_plan(parse_profile(PROFILE, "cpu", "scripted.toml"), Machine("cpu"))
 
     def run() -> dict[str, dict]:
@@ -90,13 +86,6 @@ def scripted(monkeypatch, tmp_path):
         return {p.shape.label: records[p.id] for p in plan.runnable}
 
     return script, run, tmp_path / "out"
-
-
-def _record(index: int, phase: str, prompt_len: int, max_tokens: int, ok: bool) -> RequestRecord:
-    rec = RequestRecord(index, phase, prompt_len, max_tokens, send_time=1.0 + index)
-    rec.end_time, rec.chunk_times, rec.chunk_tokens = 2.0 + index, [1.5 + index, 2.0 + index], [2, 2]
-    rec.prompt_tokens, rec.output_tokens, rec.status = prompt_len, 4, "ok" if ok else "error"
-    return rec
 
 
 def _fault(action: str, script: dict) -> None:
@@ -120,7 +109,7 @@ def test_every_point_ok_with_trials_raw_rows_and_server_info(scripted):
     points = run()
     ok = [p for p in points.values() if p["status"] == "ok"]
     assert len(ok) == 3
-    assert script["loads"] == [4, 3] * 3, "warmup before the first trial only"
+    assert [(c["warmup"], c["measure"]) for c in script["loads"]] == [(1, 3), (0, 3)] * 3, "warm-up: trial 0 only"
     for record in ok:
         assert [t["trial"] for t in record["trials"]] == [0, 1]
         assert record["server"]["pids"] == [4242] and record["server"]["ready_s"] == 1.5

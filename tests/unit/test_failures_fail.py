@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import executor
+from bench import executor, trial
 from bench import sweep as sweep_module
 from bench.cli import build_parser, main
 from bench.errors import EXIT_CODE_MEANINGS, ExitCode
@@ -21,7 +21,8 @@ from bench.profiling.session import Capture, bench_range_count
 from bench.profiling.timing import TimingRecorder
 from bench.server import ServerSpec
 from bench.sweep import SweepOutcome
-from tests.unit.test_executor import FakeServer, _record
+from tests.helpers.scripted_load import fake_closed_loop
+from tests.unit.test_executor import FakeServer
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = {
@@ -68,18 +69,10 @@ def profiled(monkeypatch, tmp_path):
     def fake_spec(engine, store, flavor, extra_env=None, draft_keys="legacy"):
         return ServerSpec(["python", "-m", "vllm"], dict(extra_env or {}), store.log_path(engine.id), 9), range(3, 9)
 
-    def fake_load(base_url, model, *, prompts, warmup_count, max_tokens, records, on_measure_start, **_):
-        script["loads"].append(len(prompts))
-        for i, prompt in enumerate(prompts):
-            if i == warmup_count:
-                on_measure_start()
-            records.append(_record(i, "warmup" if i < warmup_count else "measure", len(prompt), max_tokens, True))
-        return records
-
     monkeypatch.setattr(executor, "server_spec", fake_spec)
     monkeypatch.setattr(executor, "Server", lambda spec: ProfilingServer(spec, script))
-    monkeypatch.setattr(executor, "run_load", fake_load)
-    monkeypatch.setattr(executor.M, "scrape", lambda url, timeout=10: "vllm:spec_decode_num_drafts_total 5\n")
+    monkeypatch.setattr(trial, "run_closed_loop", fake_closed_loop(script["loads"]))
+    monkeypatch.setattr(trial.M, "scrape", lambda url, timeout=10: "vllm:spec_decode_num_drafts_total 5\n")
     plan = make_plan(parse_profile(PROFILE, "cpu", "scripted.toml"), Machine("cpu"))
     point = choose_point(plan, None, None)
     single = Plan(plan.profile, plan.machine, [(point.engine, [point])], [])

@@ -118,13 +118,6 @@ def test_engine_axes_it_cannot_change_are_refused_by_name(profile, tmp_path):
     assert "dcp_size" not in message and "--points" in message
 
 
-def test_cpu_affinity_is_refused_for_a_server_the_suite_did_not_start(profile):
-    assert plan_for_url(LoadRequest(url="http://x", profile=str(profile))).runnable
-    profile.write_text(profile.read_text().replace("[run]\n", '[run]\ncpu_affinity = "split"\n'))
-    with pytest.raises(BenchError, match="load --url cannot pin a server it did not start"):
-        plan_for_url(LoadRequest(url="http://x", profile=str(profile)))
-
-
 def test_an_unknown_model_or_several_models_are_refused(profile, tmp_path):
     standin, loop = serve(StandIn())
     try:

@@ -561,6 +561,21 @@ def test_single_point_and_no_points(tmp_path):
     check_page(build_report(empty), expect_imgs=0)
 
 
+def test_the_page_shows_the_measured_copy_ceiling_beside_the_datasheet(tmp_path):
+    spec = {"acceptance_rate": 0.5, "mean_acceptance_length": 2.5, "per_position_acceptance": [0.7, 0.5, 0.3]}
+    root = make_dir(tmp_path / "sweep", [record("a", "ok", 2, metrics=GOOD_METRICS, spec=spec)])
+    store = SweepStore(root)
+    m = store.manifest()
+    m["environment"]["bandwidth"] = {"bytes_per_s": 4.0e12, "repeats": 10, "size_bytes": 2**31}
+    store.write_manifest(m)
+    body = " ".join(check_page(build_report(root)).text)
+    assert "measured copy bandwidth per GPU" in body and "4.00 TB/s: device-to-device copy of 2 GiB" in body
+    assert "83% of the datasheet's 4.8 TB/s" in body
+    assert "of datasheet peak" in body and "of measured copy ceiling" in body and "measured step from" in body
+    roof = A.collect(root).roofline
+    assert roof.achieved_fraction_measured.iloc[0] == pytest.approx(roof.achieved_fraction.iloc[0] * 1.2)
+
+
 def test_unknown_gpu_and_real_model_without_config(tmp_path):
     root = make_dir(
         tmp_path / "sweep",

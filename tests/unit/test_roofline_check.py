@@ -82,6 +82,7 @@ def _pt(pid: str, k: int, conc: int, tok_s: float | None, per_user: float | None
         "concurrency": conc,
         "output_throughput": tok_s,
         "per_user_output_throughput": per_user,
+        "tpot_p50_ms": 1e3 / per_user if per_user else None,
         "dcp_size": 1,
         "dcp_emulated": None,
         "input_len": 64,
@@ -164,3 +165,112 @@ def test_a_baseline_step_needs_no_draft_config():
     )
     with pytest.raises(ValueError, match="draft"):
         R.step_bytes(t, None, concurrency=4, context_len=1.0, num_spec=3, target_kv_dtype="auto", draft_kv_dtype="auto")
+
+
+# --- the measured ceiling and the measured step ----------------------------------------------------------------
+
+GIB = 2**30
+MEASURED = {
+    "bytes_per_s": 4.0e12,
+    "median_bytes_per_s": 3.9e12,
+    "repeats": 10,
+    "size_bytes": 2 * GIB,
+    "bytes_counted": "read + write: 2 x size_bytes per copy",
+}
+
+
+def _point(**extra) -> dict:
+    """One ok k = 3 point of the tiny GPU model: per-user 250 tok/s and acceptance length 2, so the derived step
+    is 1000 / 250 x 2 = 8 ms."""
+    return {
+        "point_id": "p",
+        "engine_id": "e",
+        "label": "p",
+        "status": "ok",
+        "num_speculative_tokens": 3,
+        "mean_acceptance_length": 2.0,
+        "concurrency": 4,
+        "input_len": 64,
+        "output_len": 32,
+        "draft_kv_cache_dtype": "auto",
+        "dcp_size": 1,
+        "server": {},
+        "output_throughput": 1000.0,
+        "per_user_output_throughput": 250.0,
+        **extra,
+    }
+
+
+def _roofline(points: list[dict], environment_extra: dict | None = None, platform: str = "gpu"):
+    from bench.models import draft_config
+    from bench.report.roofline_points import roofline
+
+    machine = {"platform": platform, "gpu_name": "NVIDIA H200" if platform == "gpu" else None}
+    manifest = {"environment": {"machine": machine, **(environment_extra or {})}}
+    models = {"e": (target_config(FLAVORS["gpu"]), draft_config(FLAVORS["gpu"]))}
+    return roofline(pd.DataFrame(points), manifest, models)
+
+
+def test_measured_bandwidth_reads_the_manifest():
+    bw, text = R.measured_bandwidth({"bandwidth": MEASURED})
+    assert bw == 4.0e12
+    assert text == "4.00 TB/s: device-to-device copy of 2 GiB, read + write counted, best of 10 (median 3.90)"
+    assert R.measured_bandwidth({"bandwidth": {"bytes_per_s": None, "reason": "CUDA error: busy"}}) == (
+        None,
+        "not measured: CUDA error: busy",
+    )
+    assert R.measured_bandwidth({}) == (None, "not measured (results from before bench.bandwidth)")
+    assert R.measured_bandwidth({"bandwidth": {"bytes_per_s": "nan"}})[0] is None
+
+
+def test_the_roofline_shows_both_ceilings_and_the_achieved_share_of_each():
+    roof, inputs, notes = _roofline([_point()], {"bandwidth": MEASURED})
+    assert not notes
+    (row,) = roof.itertuples()
+    assert row.bandwidth_bytes_s == 4.8e12 and row.measured_bandwidth_bytes_s == 4.0e12
+    assert row.achieved_bytes_s == pytest.approx(row.bytes_per_step_uniform / 8e-3)
+    assert row.achieved_fraction == pytest.approx(row.achieved_bytes_s / 4.8e12)
+    assert row.achieved_fraction_measured == pytest.approx(row.achieved_bytes_s / 4.0e12)
+    shown = inputs.set_index("quantity").value
+    assert shown["HBM bandwidth per GPU"].startswith("4.8 TB/s")
+    assert shown["measured copy bandwidth per GPU"].startswith("4.00 TB/s: device-to-device copy")
+    assert shown["measured copy bandwidth per GPU"].endswith("; 83% of the datasheet's 4.8 TB/s")
+
+
+def test_without_a_measured_ceiling_the_datasheet_alone_is_used_and_the_reason_shown():
+    for env, shown in (
+        ({"bandwidth": {"bytes_per_s": None, "reason": "CUDA error: busy"}}, "not measured: CUDA error: busy"),
+        ({}, "not measured (results from before bench.bandwidth)"),
+    ):
+        roof, inputs, _ = _roofline([_point()], env)
+        (row,) = roof.itertuples()
+        assert row.achieved_fraction == pytest.approx(row.achieved_bytes_s / 4.8e12)
+        assert row.measured_bandwidth_bytes_s is None and row.achieved_fraction_measured is None
+        assert inputs.set_index("quantity").value["measured copy bandwidth per GPU"] == shown
+    _, cpu_inputs, _ = _roofline([_point()], {}, platform="cpu")
+    assert "measured copy bandwidth per GPU" not in set(cpu_inputs.quantity)
+
+
+def test_the_steady_step_p50_is_the_measured_step_when_the_point_has_one():
+    roof, _, _ = _roofline([_point(step_p50_ms=5.0, window="steady")])
+    (row,) = roof.itertuples()
+    assert row.step_ms == 5.0 and row.step_source == "steady step p50"
+    assert row.tpot_mean_ms == pytest.approx(4.0)  # still shown: 1000 / per-user tok/s
+    assert row.achieved_bytes_s == pytest.approx(row.bytes_per_step_uniform / 5e-3)
+    # a column without a value for this point, or no column at all (tables before it): the derivation
+    for point in (_point(step_p50_ms=None), _point()):
+        (row,) = _roofline([point])[0].itertuples()
+        assert row.step_ms == pytest.approx(8.0) and row.step_source == "mean TPOT x mean acceptance length"
+    (row,) = _roofline([_point(step_p50_ms=6.0, window="whole")])[0].itertuples()
+    assert row.step_ms == 6.0 and row.step_source == "step p50 (whole window)"
+
+
+def test_step_measurement_without_any_measure():
+    from types import SimpleNamespace
+
+    from bench.report.roofline_check import step_measurement
+
+    assert step_measurement(SimpleNamespace(per_user_output_throughput=None), 2.0) == (None, None, None)
+    steady = SimpleNamespace(per_user_output_throughput=None, step_p50_ms=3.0)
+    assert step_measurement(steady, 2.0) == (None, 3.0, "steady step p50")
+    assert step_measurement(SimpleNamespace(per_user_output_throughput=None, step_p50_ms=float("nan")), 2.0)[1] is None

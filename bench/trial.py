@@ -1,0 +1,321 @@
+"""One trial of a point on a running server: its load, the /metrics counters around its window, and whether
+anything contaminated the window (a compile, a preemption...), in which case it is measured again with fresh
+prompts, at most `[run] remeasure` times (docs/measurement.md).
+
+Random token-id points at a fixed concurrency run as a closed loop (bench.loadgen.run_closed_loop): a warm-up of
+`warmup_waves` full waves at the point's own shape (trial 0 only), then C requests in flight until the window
+rule (bench.window.WindowRule) stops it. Points with an open-loop arrival keep `vllm bench serve`'s semantics (a
+schedule of num_prompts requests, bench.loadgen.run_load). Text workloads send their conversations through the
+chat API (bench.loadgen.run_conversations).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from bench import contamination
+from bench import metrics as M
+from bench import window as W
+from bench.loadgen import (
+    ClosedLoop,
+    LoadAborted,
+    RequestRecord,
+    TextSettings,
+    make_prompt,
+    run_closed_loop,
+    run_conversations,
+    run_load,
+)
+from bench.plan import Plan, Point, dataset_for
+from bench.prompts import int_seed, prompt_name
+from bench.server import ENGINE_FATAL, ServerFailed, classify_log
+from bench.workloads.point import Sampling
+
+if TYPE_CHECKING:
+    from bench.profiling.session import Capture
+
+log = logging.getLogger(__name__)
+
+
+class Serving(Protocol):
+    """What the points need of a server: a started `Server`, or an already running one (bench.load_url)."""
+
+    @property
+    def base_url(self) -> str: ...
+
+    def check_alive(self) -> None: ...
+
+    def log_text(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """What one trial needs to know about its sweep and server."""
+
+    plan: Plan
+    server: Serving
+    model: str
+    vocab: Sequence[int]
+    salt: str
+    capture: Capture | None = None
+    request_spec: bool = False  # the server reports each request's acceptance (acceptance per category from it)
+
+
+@dataclass
+class Trial:
+    """One measured pass: its raw rows, the counters around it, the counts of each category measured in its own
+    window (categories one after another), how its load ran (`load`), what contaminated it (`contamination`),
+    and the attempts measured before it and discarded (`discarded`: their events; their rows are in `rows`
+    with phase "contaminated")."""
+
+    rows: list[dict]
+    before: dict
+    after: dict
+    windows: dict[str, dict] = field(default_factory=dict)
+    load: dict = field(default_factory=dict)
+    contamination: list[dict] = field(default_factory=list)
+    discarded: list[dict] = field(default_factory=list)
+
+
+class PointAborted(Exception):
+    """A point ended before its requests did: the server died or hung (reason classified), or the bench failed.
+    `rows` holds the raw per-request rows recorded until then; they are stored with the failed point."""
+
+    def __init__(self, reason: str, detail: str, rows: list[dict] | None = None):
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail, self.rows = reason, detail, list(rows or [])
+
+
+def closed_loop_concurrency(point: Point) -> int | None:
+    """C when the point's load is a closed loop at constant concurrency (random ids or text, not paced by an
+    arrival rate), so that a steady window exists; None for an open-loop arrival."""
+    arrival = point.arrival
+    if arrival is None:
+        return point.shape.concurrency if point.shape is not None else None
+    return arrival.max_concurrency if not arrival.paced else None
+
+
+def measured_trial(tc: TrialContext, point: Point, number: int) -> Trial:
+    """Trial `number`, measured again with fresh prompts while its window is contaminated (at most
+    run.remeasure times; the last attempt is kept, with its events). Raises PointAborted."""
+    run = tc.plan.profile.run
+    discarded: list[dict] = []
+    old_rows: list[dict] = []
+    for attempt in range(run.remeasure + 1):
+        try:
+            trial = _run_trial(tc, point, number, attempt)
+        except PointAborted as exc:
+            exc.rows = old_rows + exc.rows
+            raise
+        trial.contamination = _contamination(tc.server, trial, point)
+        if not trial.contamination or attempt == run.remeasure:
+            trial.rows = old_rows + trial.rows
+            trial.discarded = discarded
+            return trial
+        discarded.append({"attempt": attempt, "events": trial.contamination, "load": trial.load})
+        old_rows += [{**r, "phase": "contaminated"} if r["phase"] == "measure" else r for r in trial.rows]
+        log.warning(
+            "point %s trial %d: window contaminated (%s), measuring again",
+            point.id,
+            number,
+            ", ".join(sorted({e["kind"] for e in trial.contamination})),
+        )
+    raise AssertionError("unreachable")
+
+
+def _run_trial(tc: TrialContext, point: Point, number: int, attempt: int) -> Trial:
+    """One measured pass over the point's prompts or conversations (the warm-up before trial 0's first attempt
+    only). Raises PointAborted with the rows recorded so far."""
+    server = tc.server
+    marks = _Marks(server, tc.capture if number == 0 and attempt == 0 else None)
+    records: list[RequestRecord] = []
+    clock = {"perf": time.perf_counter(), "unix": time.time()}  # turns the records' clock into wall time
+    try:
+        if point.workload.is_text:
+            load = _text_load(tc, point, number, attempt, marks, records)
+        else:
+            load = _random_load(tc, point, number, attempt, marks, records)
+        if marks.capture:
+            marks.capture.stop(server.base_url)
+        rows = _rows(records, number, attempt)
+        if any(r["status"] != "ok" for r in rows):
+            _check_engine(server)  # errors because the engine died: fail the engine config, classified
+        return marks.trial(rows, counters(server), {**load, "attempt": attempt, "clock": clock})
+    except LoadAborted as exc:
+        try:
+            server.check_alive()  # a dead server explains a stall better than "hang"
+        except ServerFailed as dead:
+            raise PointAborted(dead.reason, dead.detail, _rows(records, number, attempt)) from dead
+        raise PointAborted(exc.reason, exc.detail, _rows(records, number, attempt)) from exc
+    except ServerFailed as exc:
+        raise PointAborted(exc.reason, exc.detail, _rows(records, number, attempt)) from exc
+
+
+@dataclass
+class _Marks:
+    """The counters at the start of each measured window (and the capture started at the first)."""
+
+    server: Serving
+    capture: Capture | None
+    snapshots: list[tuple[str | None, dict]] = field(default_factory=list)
+
+    def start(self, window: str | None = None) -> None:
+        self.snapshots.append((window, counters(self.server)))
+        if self.capture and len(self.snapshots) == 1:
+            self.capture.start(self.server.base_url)
+
+    def trial(self, rows: list[dict], after: dict, load: dict) -> Trial:
+        """The trial, with each named window's counts (a window ends where the next one starts)."""
+        ends = [c for _, c in self.snapshots[1:]] + [after]
+        windows = {w: M.counter_delta(b, a) for (w, b), a in zip(self.snapshots, ends) if w is not None}
+        return Trial(rows, self.snapshots[0][1] if self.snapshots else {}, after, windows, load)
+
+
+def warmup_count(tc: TrialContext, point: Point, concurrency: int) -> int:
+    """Warm-up requests: `warmup_waves` full waves at the point's concurrency, at least its warmup_prompts."""
+    return max(point.warmup_prompts, tc.plan.profile.run.warmup_waves * concurrency)
+
+
+def _random_load(tc: TrialContext, point: Point, number: int, attempt: int, marks: _Marks, records: list) -> dict:
+    """Token-id prompts of exact length, each its own (bench.prompts). Returns how the load ran."""
+    run, shape = tc.plan.profile.run, point.shape
+    assert shape is not None
+    first = number == 0 and attempt == 0
+
+    def name(phase: str, i: int) -> str:
+        return prompt_name(
+            salt=tc.salt,
+            point_id=point.id,
+            trial=number,
+            attempt=attempt,
+            phase=phase,
+            index=i,
+            reuse=run.prompt_reuse,
+            seed=run.seed,
+            input_len=shape.input_len,
+        )
+
+    def prompt(phase: str, i: int) -> list[int]:
+        return make_prompt(shape.input_len, tc.vocab, name(phase, i))
+
+    concurrency = closed_loop_concurrency(point)
+    common: dict[str, Any] = dict(
+        stall_s=run.stall_timeout_s,
+        timeout_s=run.request_timeout_s,
+        check_alive=tc.server.check_alive,
+        records=records,
+        workload=point.workload.id,
+    )
+    if concurrency is None:  # open loop: num_prompts by the arrival schedule, as vllm bench serve
+        warmup = point.warmup_prompts if first else 0
+        prompts = [prompt("warmup", i) for i in range(warmup)] + [
+            prompt("measure", i) for i in range(point.num_prompts)
+        ]
+        run_load(
+            tc.server.base_url,
+            tc.model,
+            prompts=prompts,
+            warmup_count=warmup,
+            max_tokens=shape.output_len,
+            concurrency=shape.concurrency,
+            on_measure_start=marks.start,
+            arrival=point.arrival,
+            seed=int_seed(name("schedule", 0)),
+            **common,
+        )
+        return {"kind": "scheduled", "warmup": warmup}
+    warmup = warmup_count(tc, point, concurrency) if first else 0
+    rule = W.WindowRule(point.num_prompts, concurrency, run.window_s, run.target_precision, run.max_window_s)
+    loop = ClosedLoop(concurrency, shape.output_len, warmup, prompt, rule.more)
+    run_closed_loop(tc.server.base_url, tc.model, loop, on_measure_start=marks.start, **common)
+    return {"kind": "closed-loop", "concurrency": concurrency, "warmup": warmup, **rule.record()}
+
+
+def _text_load(tc: TrialContext, point: Point, number: int, attempt: int, marks: _Marks, records: list) -> dict:
+    """A text workload's conversations through the chat API, picked anew per trial and attempt (categories
+    taking turns). Without per-request acceptance from the server, each category is measured in its own
+    /metrics window, one after another."""
+    run, w = tc.plan.profile.run, point.workload
+    warmup = point.warmup_prompts if number == 0 and attempt == 0 else 0
+    reuse = run.prompt_reuse
+    # reuse: the seed of before the salt (run seed + 1000 x trial), so earlier runs' picks are reproduced
+    seed = run.seed + 1000 * number if reuse else int_seed(f"{tc.salt}/{point.id}/{number}/{attempt}")
+    convs = dataset_for(tc.plan, w).pick(warmup + point.num_prompts, seed=seed)
+    measure = convs[warmup:]
+    categories = sorted({c.category for c in measure})
+    apart = not tc.request_spec and point.engine.num_speculative_tokens > 0 and len(categories) > 1
+    windows: list[tuple[str | None, list]] = [(None, measure)]
+    if apart:
+        windows = [(c, [m for m in measure if m.category == c]) for c in categories]
+    run_conversations(
+        tc.server.base_url,
+        tc.model,
+        warmup=convs[:warmup],
+        windows=windows,
+        arrival=point.arrival,
+        seed=seed,
+        settings=TextSettings(w.sampling or Sampling(), w.chat_template_kwargs, w.id),
+        stall_s=run.stall_timeout_s,
+        timeout_s=run.request_timeout_s,
+        check_alive=tc.server.check_alive,
+        on_window_start=marks.start,
+        records=records,
+    )
+    return {"kind": "conversations", "warmup": warmup, "concurrency": closed_loop_concurrency(point)}
+
+
+def _contamination(server: Serving, trial: Trial, point: Point) -> list[dict]:
+    """What ran inside the trial's headline window besides the load: compiles, graph captures, queueing... from
+    the server log (by timestamp), and preemptions from /metrics."""
+    events: list[dict] = []
+    preempted = M.cache_delta(trial.before.get("cache") or {}, trial.after.get("cache") or {})["preemptions"]
+    if preempted:
+        events.append({"kind": "preemption", "time": None, "line": f"vllm:num_preemptions_total +{preempted:g}"})
+    span = headline_span(trial.rows, closed_loop_concurrency(point))
+    text = server.log_text()
+    if span is None or not text:
+        return events
+    offset = trial.load["clock"]["unix"] - trial.load["clock"]["perf"]
+    found = contamination.events_in(text, span.start + offset, span.end + offset)
+    return events + contamination.summary(found)
+
+
+def headline_span(rows: list[dict], concurrency: int | None) -> W.Span | None:
+    """The span the point's headline figures come from: the steady span of a closed loop, else the whole
+    measured window (first send to last end)."""
+    measured = [r for r in rows if r["phase"] == "measure"]
+    if concurrency is not None and (span := W.steady_span(measured, concurrency)) is not None:
+        return span
+    ends = [r["end_time"] for r in measured if r.get("end_time") is not None]
+    return W.Span(min(r["send_time"] for r in measured), max(ends)) if ends else None
+
+
+def counters(server: Serving) -> dict:
+    """Spec-decode and cache counters now; a dead server raises ServerFailed, an unanswered scrape gives
+    unknowns."""
+    try:
+        samples = M.parse_prometheus(M.scrape(server.base_url))
+    except OSError as exc:
+        server.check_alive()
+        log.warning("could not read /metrics: %s", exc)
+        return {}
+    return {**M.spec_counters(samples), "cache": M.cache_counters(samples)}
+
+
+def _rows(records: list[RequestRecord], trial: int, attempt: int) -> list[dict]:
+    return [{**r.to_row(), "trial": trial, "attempt": attempt} for r in records]
+
+
+def _check_engine(server: Serving, settle_s: float = 3.0) -> None:
+    """After request errors: raise ServerFailed if the server exits or its log shows a dead engine."""
+    deadline = time.monotonic() + settle_s
+    while time.monotonic() < deadline:
+        server.check_alive()
+        time.sleep(0.25)
+    found = classify_log(server.log_text())
+    if found and found[0] in ENGINE_FATAL:
+        raise ServerFailed(found[0], f"requests failed; log: {found[1]}")

@@ -1,0 +1,289 @@
+"""The steady window of a closed-loop load: the span in which all C requests are in flight and decoding, and the
+figures measured over it, with their precision. Pure functions over raw request rows (bench.loadgen records as
+dicts): a scripted clock tests them (tests/unit/test_window.py).
+
+Why a steady window: a measured wave of C requests starts with C prefills at once (ramp-up) and ends with
+requests finishing one by one (drain), stalls of the last ones included. On one H200 rank of Kimi K2.6 those
+phases took 28-58% of a one-wave window and turned a 1.44x steady speedup into a reported 0.77x (docs/measurement.md).
+GuideLLM cuts warm-up and cool-down fractions off its window and MLPerf LoadGen requires a minimum duration; here the
+span is found from the requests themselves:
+
+- it starts when each of the first C requests (by send time) has had its first token: every slot is decoding;
+- it ends when the first request that was in flight at the last send finishes: from then on fewer than C are in
+  flight (the closed loop sends nothing more), i.e. the drain.
+
+Inside the span a closed loop keeps C in flight: a finished request's slot gets a fresh prompt, whose prefill
+interleaves with the others' decode as it does in serving. Figures over the span:
+- output tok/s: tokens of the chunks that arrived in the span over its length;
+- TPOT: per request, the time between its first and last chunk inside the span over the tokens after the first,
+  as a distribution over requests (mean and p50);
+- step: the gaps between successive chunks of one request inside the span. Each stream chunk is one engine step
+  (under speculative decoding a step emits 1 to k+1 tokens), so the gap distribution is the engine's step time;
+- precision: the span cut into sub-windows of equal length (batch means); the sub-window throughputs' CV and the
+  95% confidence half-width of their mean, relative to it, for throughput and TPOT.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+MAX_SUB_WINDOWS = 10  # batch means: enough batches for a t interval, few enough that each spans many steps
+MIN_STEPS_PER_SUB_WINDOW = 4
+MIN_SUB_WINDOWS = 3  # below this the half-width is unknown, not small
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Span:
+    """[start, end] on the records' clock (time.perf_counter of the client)."""
+
+    start: float
+    end: float
+
+    @property
+    def length(self) -> float:
+        return self.end - self.start
+
+
+def steady_span(rows: Sequence[dict], concurrency: int) -> Span | None:
+    """The span in which all `concurrency` requests were in flight and decoding (module docstring); None when
+    there is none (fewer requests than the concurrency, a first request without a token, or the drain began
+    before the last of the first requests got its first token)."""
+    sent = sorted((r for r in rows if r.get("send_time") is not None), key=lambda r: r["send_time"])
+    if concurrency < 1 or len(sent) < concurrency:
+        return None
+    first = sent[:concurrency]
+    if any(not r.get("chunk_times") for r in first):
+        return None
+    start = max(r["chunk_times"][0] for r in first)
+    last_send = sent[-1]["send_time"]
+    ends = [r["end_time"] for r in sent if r.get("end_time") is not None and r["end_time"] >= last_send]
+    if not ends:
+        return None
+    end = min(ends)
+    return Span(start, end) if end > start else None
+
+
+def _chunks(rows: Iterable[dict]) -> Iterable[tuple[list[float], list[int]]]:
+    for r in rows:
+        if r.get("chunk_times"):
+            yield r["chunk_times"], r["chunk_tokens"]
+
+
+def tokens_in(rows: Sequence[dict], lo: float, hi: float) -> int:
+    """Output tokens of the chunks that arrived in (lo, hi]."""
+    return sum(n for times, tokens in _chunks(rows) for t, n in zip(times, tokens) if lo < t <= hi)
+
+
+def step_gaps(rows: Sequence[dict], span: Span) -> list[tuple[float, float, int]]:
+    """(end time, gap s, tokens) of every chunk whose predecessor in the same request also lies in the span."""
+    out = []
+    for times, tokens in _chunks(rows):
+        for i in range(1, len(times)):
+            if span.start <= times[i - 1] and times[i] <= span.end:
+                out.append((times[i], times[i] - times[i - 1], tokens[i]))
+    return out
+
+
+def request_tpots(rows: Sequence[dict], span: Span) -> list[float]:
+    """Per request, ms per output token between its first and last chunk inside the span (requests with at least
+    two chunks there)."""
+    out = []
+    for times, tokens in _chunks(rows):
+        inside = [(t, n) for t, n in zip(times, tokens) if span.start <= t <= span.end]
+        later = sum(n for _, n in inside[1:])
+        if len(inside) >= 2 and later > 0:
+            out.append((inside[-1][0] - inside[0][0]) * 1e3 / later)
+    return out
+
+
+def sub_window_count(steps: int) -> int:
+    """How many sub-windows a span of `steps` engine steps is cut into (0: too short to state a precision)."""
+    k = min(MAX_SUB_WINDOWS, steps // MIN_STEPS_PER_SUB_WINDOW)
+    return k if k >= MIN_SUB_WINDOWS else 0
+
+
+def sub_windows(rows: Sequence[dict], span: Span, k: int) -> list[dict]:
+    """Throughput and TPOT (ms per token over the chunk gaps that end inside) of k equal sub-windows."""
+    edges = np.linspace(span.start, span.end, k + 1)
+    gaps = step_gaps(rows, span)
+    out = []
+    for lo, hi in itertools.pairwise(edges):
+        inside = [(g, n) for t, g, n in gaps if lo < t <= hi]
+        tokens = sum(n for _, n in inside)
+        out.append(
+            {
+                "output_throughput": tokens_in(rows, lo, hi) / (hi - lo),
+                "tpot_ms": sum(g for g, _ in inside) * 1e3 / tokens if tokens else None,
+            }
+        )
+    return out
+
+
+def half_width(values: Sequence[float | None]) -> tuple[float | None, float | None]:
+    """(CV, relative half-width of the CONFIDENCE interval of the mean) of batch means; None below
+    MIN_SUB_WINDOWS known values."""
+    v = np.asarray([x for x in values if x is not None], float)
+    if len(v) < MIN_SUB_WINDOWS or not v.mean():
+        return None, None
+    sd = float(np.std(v, ddof=1))
+    t = float(stats.t.ppf(0.5 + CONFIDENCE / 2, len(v) - 1))
+    return sd / abs(float(v.mean())), t * sd / math.sqrt(len(v)) / abs(float(v.mean()))
+
+
+def precision(windows: Sequence[dict]) -> dict:
+    """What the sub-windows say about the steady figures' precision (relative values)."""
+    cv_tp, hw_tp = half_width([w["output_throughput"] for w in windows])
+    cv_tpot, hw_tpot = half_width([w["tpot_ms"] for w in windows])
+    return {
+        "sub_windows": len(windows),
+        "confidence": CONFIDENCE,
+        "output_throughput_cv": cv_tp,
+        "output_throughput_halfwidth": hw_tp,
+        "tpot_cv": cv_tpot,
+        "tpot_halfwidth": hw_tpot,
+    }
+
+
+def distribution(values: Sequence[float]) -> dict:
+    arr = np.asarray(values, float)
+    if arr.size == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None, "n": 0}
+    return {
+        "mean": float(arr.mean()),
+        "p50": float(np.percentile(arr, 50)),
+        "p90": float(np.percentile(arr, 90)),
+        "p99": float(np.percentile(arr, 99)),
+        "n": int(arr.size),
+    }
+
+
+def steady(trials: Sequence[Sequence[dict]], concurrency: int) -> dict | None:
+    """The steady figures of a point from its trials' measured rows (one closed-loop run each): throughput over
+    the summed spans, TPOT and step distributions, TTFT of the requests sent inside a span (prefill under load),
+    and the precision from every trial's sub-windows. None when no trial has a steady span."""
+    spans, tokens, tpots, steps, itls, ttfts, windows = [], 0, [], [], [], [], []
+    for rows in trials:
+        span = steady_span(rows, concurrency)
+        if span is None:
+            continue
+        spans.append(span)
+        tokens += tokens_in(rows, span.start, span.end)
+        tpots += request_tpots(rows, span)
+        gaps = step_gaps(rows, span)
+        steps += [g * 1e3 for _, g, _ in gaps]
+        itls += [g * 1e3 / n for _, g, n in gaps for _ in range(n)]  # token-accurate: k tokens of one chunk
+        ttfts += [
+            (r["chunk_times"][0] - r["send_time"]) * 1e3
+            for r in rows
+            if r.get("chunk_times") and span.start <= r["send_time"] < span.end
+        ]
+        k = sub_window_count(len(gaps) // max(concurrency, 1))
+        windows += sub_windows(rows, span, k) if k else []
+    if not spans:
+        return None
+    length = sum(s.length for s in spans)
+    tpot = distribution(tpots)
+    return {
+        "spans": [[s.start, s.end] for s in spans],
+        "span_s": length,
+        "output_tokens": tokens,
+        "output_throughput": tokens / length if length > 0 else None,
+        "per_user_output_throughput": 1e3 / tpot["mean"] if tpot["mean"] else None,
+        "tpot_ms": tpot,
+        "step_ms": distribution(steps),
+        "itl_ms": distribution(itls),
+        "ttft_ms": distribution(ttfts),
+        "precision": precision(windows),
+    }
+
+
+def live_halfwidth(
+    start: float, now: float, times: Sequence[float], tokens: Sequence[int], concurrency: int
+) -> float | None:
+    """While a closed loop runs: the relative half-width of the steady throughput so far, over [start, now]
+    (start: when all C first decoded; no drain yet), from every chunk's arrival time and tokens in arrival order
+    (cheap enough to ask once a second while streams are read). None while too short to say."""
+    t = np.asarray(times, float)
+    n = np.asarray(tokens, float)
+    inside = (t > start) & (t <= now)
+    k = sub_window_count(int(inside.sum()) // max(concurrency, 1))
+    if now <= start or not k:
+        return None
+    edges = np.linspace(start, now, k + 1)
+    per_bin = np.histogram(t[inside], bins=edges, weights=n[inside])[0] / np.diff(edges)
+    return half_width(list(per_bin))[1]
+
+
+@dataclass
+class WindowRule:
+    """When a measured closed loop stops sending: after `num_prompts` requests AND `window_s` seconds; then, with
+    a `target_precision`, once the live half-width of the steady throughput is at most the target, or at
+    `max_window_s`. `more(i, load)` is bench.loadgen.ClosedLoop.more (i: requests sent so far; `load` has
+    `records`, `token_times`, `token_counts`); `record()` says how the window ended."""
+
+    num_prompts: int
+    concurrency: int
+    window_s: float = 0.0
+    target_precision: float | None = None
+    max_window_s: float = 300.0
+    clock: Callable[[], float] = time.perf_counter
+    check_every_s: float = 1.0  # the live precision walks every chunk: at most this often
+    started: float | None = None
+    stopped: str | None = None
+    last_check: float = -math.inf
+    last_halfwidth: float | None = None
+    sent: int = 0
+
+    def more(self, i: int, load) -> bool:
+        now = self.clock()
+        if self.started is None:
+            self.started = now
+        self.sent = i
+        elapsed = now - self.started
+        if i < self.num_prompts or elapsed < self.window_s:
+            return True
+        if self.target_precision is None:
+            return self._stop("duration" if self.window_s else "count")
+        if elapsed >= self.max_window_s:
+            return self._stop("cap")
+        if now - self.last_check >= self.check_every_s:
+            self.last_check = now
+            start = _all_decoding(load.records, self.concurrency)
+            self.last_halfwidth = (
+                None
+                if start is None
+                else live_halfwidth(start, now, load.token_times, load.token_counts, self.concurrency)
+            )
+        if self.last_halfwidth is not None and self.last_halfwidth <= self.target_precision:
+            return self._stop("precision")
+        return True
+
+    def _stop(self, why: str) -> bool:
+        self.stopped = self.stopped or why
+        return False
+
+    def record(self) -> dict:
+        return {
+            "requests": self.sent,
+            "window_s": self.window_s,
+            "target_precision": self.target_precision,
+            "max_window_s": self.max_window_s,
+            "stopped_by": self.stopped,
+            "live_halfwidth": self.last_halfwidth,
+        }
+
+
+def _all_decoding(records: Sequence, concurrency: int) -> float | None:
+    """When each of the measured phase's first C requests had its first token (None: not yet)."""
+    first = [r for r in records if r.phase == "measure"][:concurrency]
+    if len(first) < concurrency or any(not r.chunk_times for r in first):
+        return None
+    return max(r.chunk_times[0] for r in first)

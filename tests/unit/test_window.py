@@ -1,0 +1,210 @@
+"""The steady window's arithmetic on a scripted clock: a closed loop simulated exactly (ramp-up, steady state,
+drain, a stalled last request), the figures over the span, the precision of sub-windows, the window rule."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from bench import metrics as M
+from bench import window as W
+
+
+def closed_loop(
+    concurrency: int,
+    requests: int,
+    *,
+    ttft: float = 0.5,
+    step: float = 0.1,
+    tokens: int = 10,
+    per_chunk: int = 1,
+    stall: dict[int, float] | None = None,
+    slow: dict[int, float] | None = None,
+) -> list[dict]:
+    """Rows of a closed loop on a scripted clock: C slots; a slot sends its next request when its last one ends.
+    A request's first chunk comes `ttft` after its send, then one chunk of `per_chunk` tokens every `step`
+    (`slow[i]`: request i's step instead); `stall[i]`: request i's last chunk comes that much later."""
+    stall, slow = stall or {}, slow or {}
+    free = [0.0] * concurrency
+    rows = []
+    for i in range(requests):
+        slot = min(range(concurrency), key=lambda s: free[s])
+        send = free[slot]
+        chunks = tokens // per_chunk
+        times = [send + ttft + j * slow.get(i, step) for j in range(chunks)]
+        times[-1] += stall.get(i, 0.0)
+        rows.append(
+            {
+                "index": i,
+                "phase": "measure",
+                "send_time": send,
+                "end_time": times[-1],
+                "chunk_times": times,
+                "chunk_tokens": [per_chunk] * chunks,
+                "status": "ok",
+                "output_tokens": tokens,
+                "prompt_len": 64,
+                "prompt_tokens": 64,
+                "error": None,
+                "trial": 0,
+            }
+        )
+        free[slot] = times[-1]
+    return rows
+
+
+SLOT_RATE = 10 / 1.4  # tokens per second of one slot: 10 tokens per 0.5 s prefill + 9 steps of 0.1 s
+
+
+def test_span_starts_when_every_first_request_decodes_and_ends_at_the_drain():
+    rows = closed_loop(4, 40)
+    span = W.steady_span(rows, 4)
+    assert span is not None
+    assert span.start == pytest.approx(0.5), "the last of the first 4 requests got its first token at 0.5 s"
+    last_send = max(r["send_time"] for r in rows)
+    first_end_after = min(r["end_time"] for r in rows if r["end_time"] >= last_send)
+    assert span.end == pytest.approx(first_end_after)
+    assert span.end < max(r["end_time"] for r in rows), "the drain (fewer than 4 in flight) is left out"
+
+
+def test_steady_throughput_is_the_slots_rate_and_the_whole_window_is_lower():
+    rows = closed_loop(4, 40)
+    steady = W.steady([rows], 4)
+    assert steady["output_throughput"] == pytest.approx(4 * SLOT_RATE, rel=0.05)
+    whole = M.summarize(rows)
+    assert whole["output_throughput"] < steady["output_throughput"], "ramp-up and drain dilute the whole window"
+    assert steady["step_ms"]["p50"] == pytest.approx(100.0)
+    assert steady["tpot_ms"]["p50"] == pytest.approx(100.0)
+
+
+def test_a_stalled_last_request_does_not_move_the_steady_figures():
+    plain, stalled = closed_loop(4, 40), closed_loop(4, 40, stall={39: 5.0})
+    a, b = W.steady([plain], 4), W.steady([stalled], 4)
+    assert b["output_throughput"] == pytest.approx(a["output_throughput"])
+    assert M.summarize(stalled)["output_throughput"] < 0.8 * M.summarize(plain)["output_throughput"]
+
+
+def test_one_wave_spans_from_the_last_first_token_to_the_first_end():
+    rows = closed_loop(8, 8, ttft=0.5, step=0.1, tokens=20)
+    span = W.steady_span(rows, 8)
+    assert span == W.Span(0.5, 0.5 + 19 * 0.1)
+    steady = W.steady([rows], 8)
+    assert steady["output_throughput"] == pytest.approx(8 / 0.1, rel=0.01), "8 requests, one token each per 0.1 s"
+    assert steady["ttft_ms"]["n"] == 0, "no request was sent inside the span: no TTFT under load"
+
+
+def test_no_span_without_enough_requests_or_a_first_token():
+    rows = closed_loop(4, 3)
+    assert W.steady_span(rows, 4) is None
+    rows = closed_loop(2, 6)
+    rows[1]["chunk_times"], rows[1]["chunk_tokens"] = [], []
+    assert W.steady_span(rows, 2) is None
+    assert W.steady([rows], 2) is None
+
+
+def test_speculative_chunks_count_their_tokens_and_one_gap_per_step():
+    rows = closed_loop(2, 20, tokens=12, per_chunk=3, step=0.2)
+    steady = W.steady([rows], 2)
+    assert steady["step_ms"]["p50"] == pytest.approx(200.0), "a chunk of 3 tokens is one engine step"
+    assert steady["tpot_ms"]["p50"] == pytest.approx(200.0 / 3)
+    assert steady["itl_ms"]["p50"] == pytest.approx(200.0 / 3)
+
+
+def test_precision_is_tight_for_a_regular_loop_and_wide_for_an_irregular_one():
+    regular = W.steady([closed_loop(4, 200)], 4)["precision"]
+    assert regular["sub_windows"] == W.MAX_SUB_WINDOWS
+    assert regular["output_throughput_halfwidth"] < 0.02
+    slow = {i: 0.3 for i in range(200) if (i // 20) % 2}  # every other block of 20 requests decodes 3x slower
+    irregular = W.steady([closed_loop(4, 200, slow=slow)], 4)["precision"]
+    assert irregular["output_throughput_halfwidth"] > 5 * regular["output_throughput_halfwidth"]
+    assert irregular["tpot_halfwidth"] > regular["tpot_halfwidth"]
+
+
+def test_too_short_a_span_states_no_precision():
+    assert W.sub_window_count(3 * W.MIN_STEPS_PER_SUB_WINDOW - 1) == 0
+    assert W.sub_window_count(3 * W.MIN_STEPS_PER_SUB_WINDOW) == 3
+    steady = W.steady([closed_loop(4, 4, tokens=4)], 4)
+    assert steady["precision"]["output_throughput_halfwidth"] is None
+
+
+def test_half_width_matches_a_t_interval():
+    cv, hw = W.half_width([9.0, 10.0, 11.0])
+    assert cv == pytest.approx(0.1)
+    assert hw == pytest.approx(4.302653 * 1.0 / 3**0.5 / 10.0, rel=1e-5)
+    assert W.half_width([1.0, None, 2.0]) == (None, None)
+
+
+def test_summarize_puts_the_steady_figures_in_the_headline_and_keeps_the_whole_window():
+    rows = closed_loop(4, 40, stall={39: 3.0})
+    out = M.summarize(rows, concurrency=4)
+    assert out["window"] == "steady"
+    assert out["output_throughput"] == pytest.approx(W.steady([rows], 4)["output_throughput"])
+    assert out["whole"]["output_throughput"] == pytest.approx(M.summarize(rows)["output_throughput"])
+    assert out["step_ms"]["p50"] == pytest.approx(100.0)
+    assert out["precision"]["sub_windows"] >= W.MIN_SUB_WINDOWS
+    assert 0 < out["steady"]["fraction_of_window"] < 1
+    assert out["steady"]["ttft_window"] == "steady" and out["ttft_ms"]["p50"] == pytest.approx(500.0)
+    assert M.summarize(rows)["window"] == "whole", "no concurrency (open loop): the whole window, labelled"
+
+
+def test_trials_add_their_spans():
+    a, b = closed_loop(4, 40), closed_loop(4, 40, step=0.2)
+    for r in b:
+        r["trial"] = 1
+    out = W.steady([a, b], 4)
+    assert len(out["spans"]) == 2
+    one, two = W.steady([a], 4), W.steady([b], 4)
+    assert out["output_throughput"] == pytest.approx(
+        (one["output_tokens"] + two["output_tokens"]) / (one["span_s"] + two["span_s"])
+    )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _load(rows: list[dict], until: float):
+    """What WindowRule.more reads of a running load: records (attribute access) and chunk arrivals up to `until`."""
+    records = [
+        types.SimpleNamespace(phase=r["phase"], chunk_times=[t for t in r["chunk_times"] if t <= until]) for r in rows
+    ]
+    pairs = sorted((t, n) for r in rows for t, n in zip(r["chunk_times"], r["chunk_tokens"]) if t <= until)
+    return types.SimpleNamespace(records=records, token_times=[t for t, _ in pairs], token_counts=[n for _, n in pairs])
+
+
+def test_window_rule_sends_num_prompts_then_stops_by_count_or_duration():
+    clock = Clock()
+    rule = W.WindowRule(5, 2, clock=clock)
+    load = _load([], 0)
+    assert [rule.more(i, load) for i in range(6)] == [True] * 5 + [False]
+    assert rule.record()["stopped_by"] == "count"
+    clock.t = 0.0
+    rule = W.WindowRule(1, 2, window_s=10.0, clock=clock)
+    assert rule.more(0, load) and rule.more(5, load)
+    clock.t = 10.0
+    assert not rule.more(6, load) and rule.record()["stopped_by"] == "duration"
+
+
+def test_window_rule_runs_until_the_target_precision_or_the_cap():
+    rows = closed_loop(4, 400)
+    clock = Clock()
+    rule = W.WindowRule(4, 4, target_precision=0.02, max_window_s=1000.0, clock=clock)
+    assert rule.more(0, _load(rows, 0.0))
+    clock.t = 2.0
+    assert rule.more(10, _load(rows, 2.0)), "2 s in: too few steps to state a precision"
+    clock.t = 60.0
+    assert not rule.more(100, _load(rows, 60.0))
+    assert rule.record()["stopped_by"] == "precision" and rule.record()["live_halfwidth"] <= 0.02
+    irregular = closed_loop(4, 400, slow={i: 0.4 for i in range(400) if (i // 8) % 2})
+    clock.t = 0.0
+    rule = W.WindowRule(4, 4, target_precision=0.001, max_window_s=30.0, clock=clock)
+    assert rule.more(0, _load(irregular, 0.0))
+    clock.t = 29.0
+    assert rule.more(50, _load(irregular, 29.0))
+    clock.t = 30.0
+    assert not rule.more(51, _load(irregular, 30.0)) and rule.record()["stopped_by"] == "cap"
