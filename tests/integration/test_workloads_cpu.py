@@ -57,10 +57,7 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def loaded(server, tmp_path_factory):
     out = tmp_path_factory.mktemp("load") / "results"
-    # prompt_reuse: the conversations the committed example picked (its seeds predate the per-run salt)
-    profile = out.parent / "tiny-text.toml"
-    profile.write_text(PROFILE.read_text().replace("[run]\n", "[run]\nprompt_reuse = true\n", 1))
-    cmd = [sys.executable, "-m", "bench", "load", str(profile), "--url", server.base_url, "--out", str(out)]
+    cmd = [sys.executable, "-m", "bench", "load", str(PROFILE), "--url", server.base_url, "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return SweepStore(out)
