@@ -380,17 +380,21 @@ class ClosedLoop:
     """A closed loop at constant concurrency: `concurrency` requests in flight, a fresh prompt sent as each one
     finishes. `prompt(phase, i)` makes request i's prompt of a phase ("warmup" or "measure"); the warm-up sends
     `warmup` requests; the measured phase sends while `more(i, load)` says so (i: the requests sent so far in it;
-    `load` has the chunk arrivals so far, for a precision-driven stop)."""
+    `load` has the chunk arrivals so far, for a precision-driven stop). `stagger(warmup_records)` gives the
+    seconds between the measured phase's first C sends (worker j starts j x that late), so that the requests'
+    phases are spread over one request's lifetime instead of moving in lockstep (docs/measurement.md)."""
 
     concurrency: int
     max_tokens: int
     warmup: int
     prompt: Callable[[str, int], list[int]]
     more: Callable[[int, _Load], bool]
+    stagger: Callable[[list[RequestRecord]], float] = lambda _warmup: 0.0
 
 
-async def _loop(load: _Load, loop: ClosedLoop, phase: str, send_unit) -> None:
-    """`loop.concurrency` workers, each sending one request after another until the phase is over."""
+async def _loop(load: _Load, loop: ClosedLoop, phase: str, send_unit, offset_s: float = 0.0) -> None:
+    """`loop.concurrency` workers, each sending one request after another until the phase is over; worker j
+    sends its first request j x `offset_s` after the phase starts."""
     sent = 0
 
     def next_index() -> int | None:
@@ -404,13 +408,15 @@ async def _loop(load: _Load, loop: ClosedLoop, phase: str, send_unit) -> None:
     connector = aiohttp.TCPConnector(limit=loop.concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def worker() -> None:
+        async def worker(j: int) -> None:
+            if j and offset_s > 0:
+                await asyncio.sleep(j * offset_s)
             while (i := next_index()) is not None:
                 await send_unit(session, phase, i)
 
         async with asyncio.TaskGroup() as group:
-            for _ in range(loop.concurrency):
-                group.create_task(worker())
+            for j in range(loop.concurrency):
+                group.create_task(worker(j))
 
 
 def run_closed_loop(
@@ -444,7 +450,8 @@ def run_closed_loop(
         await asyncio.get_running_loop().run_in_executor(None, on_measure_start)  # it scrapes /metrics
         load.token_times.clear()
         load.token_counts.clear()
-        await _loop(load, loop, "measure", send_unit)
+        offset = loop.stagger([r for r in records if r.phase == "warmup"])
+        await _loop(load, loop, "measure", send_unit, offset)
 
     asyncio.run(_guarded(load, phases(), stall_s, check_alive))
     return records

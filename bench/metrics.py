@@ -271,6 +271,7 @@ def _steady_headline(measured: list[dict], steady: dict, whole: dict) -> dict:
             "requests_sent": len(sent),
             "requests_finished": len(done),
             "ttft_window": "steady" if own_ttft else "whole",
+            "stalls": steady["stalls"],
         },
     }
 

@@ -30,6 +30,10 @@ class Run(_Strict):
     # confidence half-width (relative) is at most this, or max_window_s has passed
     target_precision: float | None = Field(default=None, gt=0, lt=1)
     max_window_s: float = Field(default=300, gt=0)
+    # the measured loop's first C requests are sent spread over one request's lifetime (the warm-up's median
+    # latency / C apart), not all at once: requests of equal length sent together stay in lockstep without a draft
+    # (their prefills batched) and drift apart with one, which changes what the comparison measures
+    stagger: bool = True
     remeasure: int = Field(default=1, ge=0)  # a window with a compile, a preemption... inside is measured again
     prompt_reuse: bool = False  # true: points of one input length share prompts (bench.prompts); else all fresh
     prompt_salt: str | None = None  # reproduce a run's prompts: its manifest's prompt_salt (default: a new one)

@@ -12,6 +12,7 @@ chat API (bench.loadgen.run_conversations).
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -63,6 +64,8 @@ class TrialContext:
     salt: str
     capture: Capture | None = None
     request_spec: bool = False  # the server reports each request's acceptance (acceptance per category from it)
+    # per point: one request's lifetime at its shape (the warm-up's median), for the later trials' staggered start
+    lifetimes: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -230,9 +233,21 @@ def _random_load(tc: TrialContext, point: Point, number: int, attempt: int, mark
         return {"kind": "scheduled", "warmup": warmup}
     warmup = warmup_count(tc, point, concurrency) if first else 0
     rule = W.WindowRule(point.num_prompts, concurrency, run.window_s, run.target_precision, run.max_window_s)
-    loop = ClosedLoop(concurrency, shape.output_len, warmup, prompt, rule.more)
+    used: dict[str, float] = {}
+
+    def stagger(warmup_rows: list[RequestRecord]) -> float:
+        """Seconds between the first C sends: one request's lifetime (the warm-up's median latency, else an
+        earlier trial's) over C; 0 when off or unknown."""
+        done = [r.end_time - r.send_time for r in warmup_rows if r.status == "ok" and r.end_time is not None]
+        if done:
+            tc.lifetimes[point.id] = float(statistics.median(done))
+        lifetime = tc.lifetimes.get(point.id)
+        used["stagger_s"] = lifetime / concurrency if run.stagger and lifetime and concurrency > 1 else 0.0
+        return used["stagger_s"]
+
+    loop = ClosedLoop(concurrency, shape.output_len, warmup, prompt, rule.more, stagger)
     run_closed_loop(tc.server.base_url, tc.model, loop, on_measure_start=marks.start, **common)
-    return {"kind": "closed-loop", "concurrency": concurrency, "warmup": warmup, **rule.record()}
+    return {"kind": "closed-loop", "concurrency": concurrency, "warmup": warmup, **used, **rule.record()}
 
 
 def _text_load(tc: TrialContext, point: Point, number: int, attempt: int, marks: _Marks, records: list) -> dict:

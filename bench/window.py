@@ -19,6 +19,9 @@ interleaves with the others' decode as it does in serving. Figures over the span
   as a distribution over requests (mean and p50);
 - step: the gaps between successive chunks of one request inside the span. Each stream chunk is one engine step
   (under speculative decoding a step emits 1 to k+1 tokens), so the gap distribution is the engine's step time;
+- stalls: gaps in which no request got a token for longer than STALL_FACTOR x the step p50 (the whole batch
+  waiting, e.g. for a prefill); their count and share of the span say how much of it went to something else
+  than decode steps;
 - precision: the span cut into sub-windows of equal length (batch means); the sub-window throughputs' CV and the
   95% confidence half-width of their mean, relative to it, for throughput and TPOT.
 """
@@ -37,6 +40,7 @@ from scipy import stats
 MAX_SUB_WINDOWS = 10  # batch means: enough batches for a t interval, few enough that each spans many steps
 MIN_STEPS_PER_SUB_WINDOW = 4
 MIN_SUB_WINDOWS = 3  # below this the half-width is unknown, not small
+STALL_FACTOR = 4.0  # a gap without any token this many step p50s long is a stall of the whole batch
 CONFIDENCE = 0.95
 
 
@@ -101,6 +105,21 @@ def request_tpots(rows: Sequence[dict], span: Span) -> list[float]:
         later = sum(n for _, n in inside[1:])
         if len(inside) >= 2 and later > 0:
             out.append((inside[-1][0] - inside[0][0]) * 1e3 / later)
+    return out
+
+
+def stalls(rows: Sequence[dict], span: Span, step_p50_ms: float | None) -> dict:
+    """The gaps inside the span in which no request got a token for more than STALL_FACTOR x the step p50: how
+    many, their share of the span, their p50 and longest (ms)."""
+    out: dict = {"threshold_ms": None, "count": 0, "share": None, "p50_ms": None, "max_ms": None}
+    if not step_p50_ms or span.length <= 0:
+        return out
+    times = np.sort(np.fromiter((t for ts, _ in _chunks(rows) for t in ts if span.start <= t <= span.end), float))
+    gaps = np.diff(np.concatenate(([span.start], times, [span.end]))) * 1e3
+    long = gaps[gaps > STALL_FACTOR * step_p50_ms]
+    out.update(threshold_ms=STALL_FACTOR * step_p50_ms, count=int(long.size), share=float(long.sum() / 1e3 / span.length))
+    if long.size:
+        out.update(p50_ms=float(np.median(long)), max_ms=float(long.max()))
     return out
 
 
@@ -169,12 +188,13 @@ def steady(trials: Sequence[Sequence[dict]], concurrency: int) -> dict | None:
     """The steady figures of a point from its trials' measured rows (one closed-loop run each): throughput over
     the summed spans, TPOT and step distributions, TTFT of the requests sent inside a span (prefill under load),
     and the precision from every trial's sub-windows. None when no trial has a steady span."""
-    spans, tokens, tpots, steps, itls, ttfts, windows = [], 0, [], [], [], [], []
+    spans, tokens, tpots, steps, itls, ttfts, windows, measured = [], 0, [], [], [], [], [], []
     for rows in trials:
         span = steady_span(rows, concurrency)
         if span is None:
             continue
         spans.append(span)
+        measured.append(rows)
         tokens += tokens_in(rows, span.start, span.end)
         tpots += request_tpots(rows, span)
         gaps = step_gaps(rows, span)
@@ -191,6 +211,15 @@ def steady(trials: Sequence[Sequence[dict]], concurrency: int) -> dict | None:
         return None
     length = sum(s.length for s in spans)
     tpot = distribution(tpots)
+    step = distribution(steps)
+    per_span = [stalls(rows, span, step["p50"]) for rows, span in zip(measured, spans)]
+    stalled = {
+        "threshold_ms": per_span[0]["threshold_ms"],
+        "count": sum(p["count"] for p in per_span),
+        "share": sum((p["share"] or 0) * s.length for p, s in zip(per_span, spans)) / length if length else None,
+        "p50_ms": max((p["p50_ms"] for p in per_span if p["p50_ms"] is not None), default=None),
+        "max_ms": max((p["max_ms"] for p in per_span if p["max_ms"] is not None), default=None),
+    }
     return {
         "spans": [[s.start, s.end] for s in spans],
         "span_s": length,
@@ -198,7 +227,8 @@ def steady(trials: Sequence[Sequence[dict]], concurrency: int) -> dict | None:
         "output_throughput": tokens / length if length > 0 else None,
         "per_user_output_throughput": 1e3 / tpot["mean"] if tpot["mean"] else None,
         "tpot_ms": tpot,
-        "step_ms": distribution(steps),
+        "step_ms": step,
+        "stalls": stalled,
         "itl_ms": distribution(itls),
         "ttft_ms": distribution(ttfts),
         "precision": precision(windows),

@@ -20,7 +20,8 @@ started, and of other work on the machine (a shared host's noise).
     python benchmarks/client_crosscheck.py --start tiny --rounds 3 --num-prompts 96 --out reports/xcheck
 
 Each bench run gets its own profile file (OUT/profiles/bench-<r>.toml): the base profile with the shape, the
-request counts and a per-run `run.seed`, the random token-id workload only, one trial, and the [run] keys that
+request counts and a per-run `run.seed`, the random token-id workload only, one trial, `run.stagger = false` (the
+first C requests sent at once, as vLLM's client does), and the [run] keys that
 would change what is measured (window rules, wave measures, CPU pinning, prompt reuse, a replayed prompt salt)
 left at their defaults. Every bench run has its own results directory, hence its own prompt salt (fresh prompts);
 the per-run seed keeps them fresh with a bench that seeds prompts by run.seed alone. The seed is part of a point's
@@ -354,7 +355,8 @@ def derive_profile(
     RUN_KEYS_DROPPED at their defaults, and any engine axes pinned to one value. Set in the base and in every
     [when.*] table (which would otherwise win over the base)."""
     out = json.loads(json.dumps(data))  # a deep copy of plain TOML data
-    run = {"num_prompts": num_prompts, "seed": seed, "repeat": 1}
+    # stagger off: vllm bench serve sends its first C requests at once, and so does bench here (like with like)
+    run = {"num_prompts": num_prompts, "seed": seed, "repeat": 1, "stagger": False}
     if warmup_prompts is not None:
         run["warmup_prompts"] = warmup_prompts
     tables = [out, *(out.get("when") or {}).values()]

@@ -6,7 +6,10 @@
 #   a   server start A: every point of the profile (no-spec, FLASHMLA/fp8, TRITON_MLA/fp8 x 4 shapes); first the
 #       measured copy-bandwidth ceiling (bench/bandwidth.py) into $OUT/bandwidth.json
 #   b   server start B: no-spec and FLASHMLA/fp8 again (8x1024x256 first, then the other shapes), a second folder
-#   x   the client cross-check (benchmarks/client_crosscheck.py) on one FLASHMLA/fp8 server, 8x1024x256, 96 requests
+#   x   the client cross-check (benchmarks/client_crosscheck.py) on one FLASHMLA/fp8 server, 8x1024x256, X_PROMPTS
+#       requests a run (default 128: windows of 25 s and more)
+# A_DIR / B_DIR name the result folders of a and b (default start-a / start-b). GPU telemetry (SM and memory clocks,
+# power, temperature, throttle reasons, once a second) goes to gpu-telemetry.csv beside them.
 set -uo pipefail
 source scripts/gpu/common.sh
 budget=${1:?usage: issue18-steady.sh BUDGET_SECONDS STEP...}; shift
@@ -14,7 +17,8 @@ prof=profiles/kimi-k2.6-rank-h200-steady.toml
 mkdir -p /tmp/res
 [ -e /tmp/bench-patched ] || { python -m bench patch apply && touch /tmp/bench-patched; } || exit 1
 python -m bench patch status > "$OUT/patch-status.txt"
-nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 5 >> /tmp/gpu-mem.csv &
+nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+  --format=csv,noheader -l 1 >> /tmp/res/gpu-telemetry.csv &
 smi=$!
 points_of() {  # point ids of the engine labels (';'-separated) and shapes (','-separated), in the order given
   python - "$prof" "$1" "$2" <<'PY'
@@ -39,18 +43,17 @@ for step in "$@"; do
   case $step in
     a)
       [ -e /tmp/res/bandwidth.json ] || timeout 300 python -m bench.bandwidth > /tmp/res/bandwidth.json
-      sweep start-a "" ;;
+      sweep ${A_DIR:-start-a} "" ;;
     b)
-      sweep start-b "$(points_of 'no-spec dcp1 k0;FLASHMLA/fp8 dcp1 k3' ${B_SHAPES:-8x1024x256,1x1024x256,32x1024x256,8x8192x256})" ;;
+      sweep ${B_DIR:-start-b} "$(points_of 'no-spec dcp1 k0;FLASHMLA/fp8 dcp1 k3' ${B_SHAPES:-8x1024x256,1x1024x256,32x1024x256,8x8192x256})" ;;
     x)
       left=$((budget - SECONDS - 30))
       [ $left -gt 200 ] || { echo "== $left s left: no cross-check"; continue; }
       timeout -s TERM $left python benchmarks/client_crosscheck.py --start $prof --axis draft_attention_backend=FLASHMLA \
-        --axis num_speculative_tokens=3 --shape 8x1024x256 --num-prompts 96 --rounds 2 --out /tmp/res/crosscheck 2>&1 \
+        --axis num_speculative_tokens=3 --shape 8x1024x256 --num-prompts ${X_PROMPTS:-128} --rounds 2 --out /tmp/res/${X_DIR:-crosscheck} 2>&1 \
         | grep -vE "^\[?(INFO|DEBUG)" | tee -a "$OUT/crosscheck.log" | tail -30 ;;
   esac
 done
 kill $smi 2>/dev/null
-cp /tmp/gpu-mem.csv /tmp/res/ 2>/dev/null
 tar czf "$OUT/steady.tgz" --exclude="*/run" -C /tmp res
 ls /tmp/res/*/points 2>/dev/null | head -50

@@ -240,7 +240,7 @@ def test_derived_profile_is_a_valid_one_point_profile(xc):
     text = xc.to_toml(data)
     assert tomllib.loads(text) == data
     for table in (data, data["when"]["cpu"], data["when"]["gpu"]):
-        assert table["run"] == {"num_prompts": 128, "warmup_prompts": 4, "seed": 7, "repeat": 1}
+        assert table["run"] == {"num_prompts": 128, "warmup_prompts": 4, "seed": 7, "repeat": 1, "stagger": False}
         assert table["axes"]["shapes"] == ["4x64x32"]
         assert table["axes"]["num_speculative_tokens"] == [2]
         assert "workloads" not in table

@@ -110,8 +110,11 @@ def test_every_point_ok_with_trials_raw_rows_and_server_info(scripted):
     ok = [p for p in points.values() if p["status"] == "ok"]
     assert len(ok) == 3
     assert [(c["warmup"], c["measure"]) for c in script["loads"]] == [(1, 3), (0, 3)] * 3, "warm-up: trial 0 only"
+    # staggered start: the warm-up's median lifetime (1 s scripted) over C, kept for trial 1, none at C = 1
+    assert [round(c["stagger_s"], 3) for c in script["loads"]] == [0.0, 0.0, 0.5, 0.5, 0.333, 0.333]
     for record in ok:
         assert [t["trial"] for t in record["trials"]] == [0, 1]
+        assert record["trials"][1]["load"]["stagger_s"] == record["trials"][0]["load"]["stagger_s"]
         assert record["server"]["pids"] == [4242] and record["server"]["ready_s"] == 1.5
         assert record["metrics"]["requests"] == 6 and record["mismatch"] == []
         raw = SweepStore(out).raw(record["point_id"])

@@ -208,3 +208,26 @@ def test_window_rule_runs_until_the_target_precision_or_the_cap():
     assert rule.more(50, _load(irregular, 29.0))
     clock.t = 30.0
     assert not rule.more(51, _load(irregular, 30.0)) and rule.record()["stopped_by"] == "cap"
+
+
+def test_a_lockstep_loop_stalls_the_whole_batch_at_each_prefill_and_a_staggered_one_does_not():
+    """Slots of equal length sent together finish together and prefill together: each cycle has one gap of the
+    prefill (0.5 s, over 4 x the 0.1 s step) in which no request gets a token. Shifted by half a cycle, one slot
+    decodes while the other prefills: no stall of the whole batch."""
+    lockstep = closed_loop(2, 20)
+    steady = W.steady([lockstep], 2)
+    stalls = steady["stalls"]
+    assert stalls["threshold_ms"] == pytest.approx(400.0)
+    assert stalls["p50_ms"] == pytest.approx(500.0) and stalls["max_ms"] == pytest.approx(500.0)
+    cycles = (W.steady_span(lockstep, 2).length) / 1.4
+    assert stalls["count"] == pytest.approx(cycles, abs=1)
+    assert stalls["share"] == pytest.approx(0.5 / 1.4, rel=0.15)
+
+    one, other = closed_loop(1, 10), closed_loop(1, 10)
+    for r in other:
+        r["send_time"] += 0.7
+        r["end_time"] += 0.7
+        r["chunk_times"] = [t + 0.7 for t in r["chunk_times"]]
+    staggered = W.steady([sorted(one + other, key=lambda r: r["send_time"])], 2)
+    assert staggered["stalls"]["count"] == 0 and staggered["stalls"]["share"] == 0.0
+    assert staggered["output_throughput"] == pytest.approx(steady["output_throughput"], rel=0.1)
