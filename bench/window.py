@@ -22,8 +22,9 @@ interleaves with the others' decode as it does in serving. Figures over the span
 - stalls: gaps in which no request got a token for longer than STALL_FACTOR x the step p50 (the whole batch
   waiting, e.g. for a prefill); their count and share of the span say how much of it went to something else
   than decode steps;
-- precision: the span cut into sub-windows of equal length (batch means); the sub-window throughputs' CV and the
-  95% confidence half-width of their mean, relative to it, for throughput and TPOT.
+- precision: the span cut into sub-windows of whole cycles of the loop (C completions each, cycle_edges; batch
+  means); the sub-window throughputs' CV and the 95% confidence half-width of their mean, relative to it, for
+  throughput and TPOT.
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-MAX_SUB_WINDOWS = 10  # batch means: enough batches for a t interval, few enough that each spans many steps
-MIN_STEPS_PER_SUB_WINDOW = 4
+MAX_SUB_WINDOWS = 10  # batch means: enough batches for a t interval, few enough that each spans whole cycles
 MIN_SUB_WINDOWS = 3  # below this the half-width is unknown, not small
 STALL_FACTOR = 4.0  # a gap without any token this many step p50s long is a stall of the whole batch
 CONFIDENCE = 0.95
@@ -123,15 +123,26 @@ def stalls(rows: Sequence[dict], span: Span, step_p50_ms: float | None) -> dict:
     return out
 
 
-def sub_window_count(steps: int) -> int:
-    """How many sub-windows a span of `steps` engine steps is cut into (0: too short to state a precision)."""
-    k = min(MAX_SUB_WINDOWS, steps // MIN_STEPS_PER_SUB_WINDOW)
-    return k if k >= MIN_SUB_WINDOWS else 0
+def cycle_edges(ends: Sequence[float], start: float, end: float, concurrency: int) -> list[float]:
+    """Sub-window edges over whole cycles of the closed loop. A cycle is C successive completions (in a steady loop,
+    each slot finishes once), so a sub-window from one completion to the (b x C)-th after it holds whole cycles:
+    cut at fixed durations instead, a loop that repeats a pattern (a prefill of each slot's new request per
+    cycle) is cut mid-cycle, and the sub-windows differ by where the cut falls, not by noise (docs/measurement.md).
+    b = ceil(cycles / MAX_SUB_WINDOWS); the edges start at the first completion inside (start, end]; what lies
+    before it and after the last edge counts in the headline, not in the precision. [] below MIN_SUB_WINDOWS."""
+    done = sorted(t for t in ends if start < t <= end)
+    per = max(concurrency, 1)
+    cycles = (len(done) - 1) // per if done else 0
+    if cycles < MIN_SUB_WINDOWS:
+        return []
+    b = math.ceil(cycles / MAX_SUB_WINDOWS)
+    return [done[i * b * per] for i in range(cycles // b + 1)]
 
 
-def sub_windows(rows: Sequence[dict], span: Span, k: int) -> list[dict]:
-    """Throughput and TPOT (ms per token over the chunk gaps that end inside) of k equal sub-windows."""
-    edges = np.linspace(span.start, span.end, k + 1)
+def sub_windows(rows: Sequence[dict], span: Span, concurrency: int) -> list[dict]:
+    """Throughput and TPOT (ms per token over the chunk gaps that end inside) of the sub-windows between
+    cycle_edges."""
+    edges = cycle_edges([r["end_time"] for r in rows if r.get("end_time") is not None], span.start, span.end, concurrency)
     gaps = step_gaps(rows, span)
     out = []
     for lo, hi in itertools.pairwise(edges):
@@ -205,8 +216,7 @@ def steady(trials: Sequence[Sequence[dict]], concurrency: int) -> dict | None:
             for r in rows
             if r.get("chunk_times") and span.start <= r["send_time"] < span.end
         ]
-        k = sub_window_count(len(gaps) // max(concurrency, 1))
-        windows += sub_windows(rows, span, k) if k else []
+        windows += sub_windows(rows, span, concurrency)
     if not spans:
         return None
     length = sum(s.length for s in spans)
@@ -236,18 +246,23 @@ def steady(trials: Sequence[Sequence[dict]], concurrency: int) -> dict | None:
 
 
 def live_halfwidth(
-    start: float, now: float, times: Sequence[float], tokens: Sequence[int], concurrency: int
+    start: float,
+    now: float,
+    times: Sequence[float],
+    tokens: Sequence[int],
+    ends: Sequence[float],
+    concurrency: int,
 ) -> float | None:
     """While a closed loop runs: the relative half-width of the steady throughput so far, over [start, now]
     (start: when all C first decoded; no drain yet), from every chunk's arrival time and tokens in arrival order
-    (cheap enough to ask once a second while streams are read). None while too short to say."""
+    and the completions so far (`ends`), over the same whole-cycle sub-windows as the record (cycle_edges; cheap
+    enough to ask once a second while streams are read). None while too short to say."""
+    edges = np.asarray(cycle_edges(ends, start, now, concurrency), float)
+    if now <= start or len(edges) < MIN_SUB_WINDOWS + 1:
+        return None
     t = np.asarray(times, float)
     n = np.asarray(tokens, float)
-    inside = (t > start) & (t <= now)
-    k = sub_window_count(int(inside.sum()) // max(concurrency, 1))
-    if now <= start or not k:
-        return None
-    edges = np.linspace(start, now, k + 1)
+    inside = (t > edges[0]) & (t <= edges[-1])
     per_bin = np.histogram(t[inside], bins=edges, weights=n[inside])[0] / np.diff(edges)
     return half_width(list(per_bin))[1]
 
@@ -290,7 +305,14 @@ class WindowRule:
             self.last_halfwidth = (
                 None
                 if start is None
-                else live_halfwidth(start, now, load.token_times, load.token_counts, self.concurrency)
+                else live_halfwidth(
+                    start,
+                    now,
+                    load.token_times,
+                    load.token_counts,
+                    [r.end_time for r in load.records if r.phase == "measure" and r.end_time is not None],
+                    self.concurrency,
+                )
             )
         if self.last_halfwidth is not None and self.last_halfwidth <= self.target_precision:
             return self._stop("precision")

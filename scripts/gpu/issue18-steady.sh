@@ -8,7 +8,7 @@
 #   b   server start B: no-spec and FLASHMLA/fp8 again (8x1024x256 first, then the other shapes), a second folder
 #   x   the client cross-check (benchmarks/client_crosscheck.py) on one FLASHMLA/fp8 server, 8x1024x256, X_PROMPTS
 #       requests a run (default 128: windows of 25 s and more)
-# A_DIR / B_DIR name the result folders of a and b (default start-a / start-b). GPU telemetry (SM and memory clocks,
+# A_DIR / B_DIR name the result folders of a and b (default start-a / start-b); B_ENGINES the engine labels of b. GPU telemetry (SM and memory clocks,
 # power, temperature, throttle reasons, once a second) goes to gpu-telemetry.csv beside them.
 set -uo pipefail
 source scripts/gpu/common.sh
@@ -45,7 +45,7 @@ for step in "$@"; do
       [ -e /tmp/res/bandwidth.json ] || timeout 300 python -m bench.bandwidth > /tmp/res/bandwidth.json
       sweep ${A_DIR:-start-a} "" ;;
     b)
-      sweep ${B_DIR:-start-b} "$(points_of 'no-spec dcp1 k0;FLASHMLA/fp8 dcp1 k3' ${B_SHAPES:-8x1024x256,1x1024x256,32x1024x256,8x8192x256})" ;;
+      sweep ${B_DIR:-start-b} "$(points_of "${B_ENGINES:-no-spec dcp1 k0;FLASHMLA/fp8 dcp1 k3}" ${B_SHAPES:-8x1024x256,1x1024x256,32x1024x256,8x8192x256})" ;;
     x)
       left=$((budget - SECONDS - 30))
       [ $left -gt 200 ] || { echo "== $left s left: no cross-check"; continue; }

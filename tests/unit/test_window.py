@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import types
 
+import numpy as np
 import pytest
 
 from bench import metrics as M
@@ -113,7 +114,7 @@ def test_speculative_chunks_count_their_tokens_and_one_gap_per_step():
 
 def test_precision_is_tight_for_a_regular_loop_and_wide_for_an_irregular_one():
     regular = W.steady([closed_loop(4, 200)], 4)["precision"]
-    assert regular["sub_windows"] == W.MAX_SUB_WINDOWS
+    assert W.MIN_SUB_WINDOWS < regular["sub_windows"] <= W.MAX_SUB_WINDOWS
     assert regular["output_throughput_halfwidth"] < 0.02
     slow = {i: 0.3 for i in range(200) if (i // 20) % 2}  # every other block of 20 requests decodes 3x slower
     irregular = W.steady([closed_loop(4, 200, slow=slow)], 4)["precision"]
@@ -121,9 +122,33 @@ def test_precision_is_tight_for_a_regular_loop_and_wide_for_an_irregular_one():
     assert irregular["tpot_halfwidth"] > regular["tpot_halfwidth"]
 
 
+def test_sub_windows_hold_whole_cycles_of_c_completions():
+    assert W.cycle_edges([1.0, 2.0, 3.0], 0.0, 10.0, 1) == [], "2 cycles: too few to state a precision"
+    assert W.cycle_edges([1.0, 2.0, 3.0, 4.0, 11.0], 0.0, 10.0, 1) == [1.0, 2.0, 3.0, 4.0], "ends after the span: out"
+    ends = [float(i) for i in range(7)]
+    assert W.cycle_edges(ends, -1.0, 10.0, 2) == [0.0, 2.0, 4.0, 6.0], "C completions a cycle, from the first one"
+    many = W.cycle_edges([float(i) for i in range(41)], -1.0, 100.0, 2)  # 20 cycles: 2 per sub-window
+    assert many == [float(i) for i in range(0, 41, 4)] and len(many) == W.MAX_SUB_WINDOWS + 1
+
+
+def test_a_periodic_loop_cut_at_whole_cycles_is_precise_where_fixed_durations_alias():
+    """Two slots half a cycle apart repeat one pattern (a prefill, then decode) forever: its throughput is known
+    exactly. Sub-windows of fixed length cut the pattern at different phases and report a spread that is only
+    the phase of the cut; whole-cycle sub-windows report none."""
+    one, other = closed_loop(1, 16), closed_loop(1, 16)
+    for r in other:
+        r["send_time"] += 0.7
+        r["end_time"] += 0.7
+        r["chunk_times"] = [t + 0.7 for t in r["chunk_times"]]
+    rows = sorted(one + other, key=lambda r: r["send_time"])
+    span = W.steady_span(rows, 2)
+    cut = np.linspace(span.start, span.end, W.MAX_SUB_WINDOWS + 1)
+    fixed = [W.tokens_in(rows, lo, hi) / (hi - lo) for lo, hi in zip(cut[:-1], cut[1:])]
+    assert W.half_width(fixed)[1] > 0.01
+    assert W.steady([rows], 2)["precision"]["output_throughput_halfwidth"] < 1e-3
+
+
 def test_too_short_a_span_states_no_precision():
-    assert W.sub_window_count(3 * W.MIN_STEPS_PER_SUB_WINDOW - 1) == 0
-    assert W.sub_window_count(3 * W.MIN_STEPS_PER_SUB_WINDOW) == 3
     steady = W.steady([closed_loop(4, 4, tokens=4)], 4)
     assert steady["precision"]["output_throughput_halfwidth"] is None
 
@@ -171,7 +196,12 @@ class Clock:
 def _load(rows: list[dict], until: float):
     """What WindowRule.more reads of a running load: records (attribute access) and chunk arrivals up to `until`."""
     records = [
-        types.SimpleNamespace(phase=r["phase"], chunk_times=[t for t in r["chunk_times"] if t <= until]) for r in rows
+        types.SimpleNamespace(
+            phase=r["phase"],
+            chunk_times=[t for t in r["chunk_times"] if t <= until],
+            end_time=r["end_time"] if r["end_time"] <= until else None,
+        )
+        for r in rows
     ]
     pairs = sorted((t, n) for r in rows for t, n in zip(r["chunk_times"], r["chunk_tokens"]) if t <= until)
     return types.SimpleNamespace(records=records, token_times=[t for t, _ in pairs], token_counts=[n for _, n in pairs])
