@@ -103,6 +103,10 @@ def cmd_load(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from bench.report.build import build_report
 
+    if args.recompute:
+        from bench.recompute import recompute
+
+        print(f"recomputed {len(recompute(args.sweep_dir))} point(s) from their raw records")
     for name, path in build_report(args.sweep_dir, args.out).items():
         print(f"{name}: {path}")
     return 0

@@ -195,3 +195,8 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     report = sub.add_parser("report", help="build summary.md and tables from a results directory")
     report.add_argument("sweep_dir", type=Path)
     report.add_argument("--out", type=Path, help="where to write (default: SWEEP_DIR/report)")
+    report.add_argument(
+        "--recompute",
+        action="store_true",
+        help="first recompute each point's figures from its raw records with this bench's metric code",
+    )

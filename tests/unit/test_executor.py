@@ -173,3 +173,23 @@ def test_point_aborted_carries_its_rows():
     exc = executor.PointAborted("hang", "no token", [{"index": 0}])
     assert (exc.reason, exc.detail, exc.rows, str(exc)) == ("hang", "no token", [{"index": 0}], "hang: no token")
     assert executor.PointAborted("crash", "gone").rows == []
+
+
+def test_recompute_derives_the_figures_from_the_raw_records_again(scripted):
+    from bench.recompute import recompute
+
+    _, run, out = scripted
+    points = run()
+    store = SweepStore(out)
+    before = {pid: r for pid, r in store.points().items() if r["status"] == "ok"}
+    assert len(before) == 3
+    for record in before.values():  # figures of an older method: stale
+        record["metrics"] = {"output_throughput": -1.0}
+        record["trials"][1]["metrics"] = {}
+        store.save_point(record)
+    assert sorted(recompute(out)) == sorted(before)
+    after = store.points()
+    for pid, original in ((p["point_id"], p) for p in points.values() if p["status"] == "ok"):
+        assert after[pid]["metrics"] == original["metrics"]
+        assert [t["metrics"] for t in after[pid]["trials"]] == [t["metrics"] for t in original["trials"]]
+        assert after[pid]["recomputed"]["at"]

@@ -1,0 +1,46 @@
+"""Recompute the figures of a results directory from its raw records with the installed bench's metric code
+(`bench report DIR --recompute`): each measured point's headline `metrics` and every trial's, from the point's
+raw rows (bench.store), nothing else. What a record says about how the load ran (trials[].load), its counters,
+cache, contamination and flags are measurements, not figures derived from the rows, and stay as they are.
+
+Used when the method of deriving a figure changes (e.g. the precision's sub-windows), so that a committed example
+and a new run are computed alike; the record says when and by which bench it was recomputed (`recomputed`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench import metrics as M
+from bench.environment import suite_git
+from bench.progress import now
+from bench.store import SweepStore
+
+
+def _concurrency(record: dict) -> int | None:
+    """C of a closed-loop point (from how its load ran), None for an open loop or a text workload without one."""
+    loads = [t.get("load") or {} for t in record.get("trials") or []]
+    for load in loads:
+        if load.get("kind") in ("closed-loop", "conversations") and load.get("concurrency"):
+            return int(load["concurrency"])
+    return None
+
+
+def recompute(root: Path) -> list[str]:
+    """Recompute every ok point that has raw rows; returns the ids of the points rewritten."""
+    store = SweepStore(root)
+    done = []
+    for point_id, record in store.points().items():
+        rows = store.raw(point_id)
+        if record.get("status") != "ok" or not rows:
+            continue
+        concurrency = _concurrency(record)
+        record["metrics"] = M.summarize(rows, concurrency)
+        for trial in record.get("trials") or []:
+            mine = [r for r in rows if r.get("trial") == trial.get("trial") and r["phase"] == "measure"]
+            trial["metrics"] = M.summarize(mine, concurrency)
+        record["recomputed"] = {"at": now(), "suite_git": suite_git()}
+        store.save_point(record)
+        done.append(point_id)
+    return done
+
