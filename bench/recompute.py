@@ -43,4 +43,3 @@ def recompute(root: Path) -> list[str]:
         store.save_point(record)
         done.append(point_id)
     return done
-

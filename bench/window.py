@@ -117,7 +117,9 @@ def stalls(rows: Sequence[dict], span: Span, step_p50_ms: float | None) -> dict:
     times = np.sort(np.fromiter((t for ts, _ in _chunks(rows) for t in ts if span.start <= t <= span.end), float))
     gaps = np.diff(np.concatenate(([span.start], times, [span.end]))) * 1e3
     long = gaps[gaps > STALL_FACTOR * step_p50_ms]
-    out.update(threshold_ms=STALL_FACTOR * step_p50_ms, count=int(long.size), share=float(long.sum() / 1e3 / span.length))
+    out.update(
+        threshold_ms=STALL_FACTOR * step_p50_ms, count=int(long.size), share=float(long.sum() / 1e3 / span.length)
+    )
     if long.size:
         out.update(p50_ms=float(np.median(long)), max_ms=float(long.max()))
     return out
@@ -142,7 +144,9 @@ def cycle_edges(ends: Sequence[float], start: float, end: float, concurrency: in
 def sub_windows(rows: Sequence[dict], span: Span, concurrency: int) -> list[dict]:
     """Throughput and TPOT (ms per token over the chunk gaps that end inside) of the sub-windows between
     cycle_edges."""
-    edges = cycle_edges([r["end_time"] for r in rows if r.get("end_time") is not None], span.start, span.end, concurrency)
+    edges = cycle_edges(
+        [r["end_time"] for r in rows if r.get("end_time") is not None], span.start, span.end, concurrency
+    )
     gaps = step_gaps(rows, span)
     out = []
     for lo, hi in itertools.pairwise(edges):

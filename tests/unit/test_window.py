@@ -3,6 +3,7 @@ drain, a stalled last request), the figures over the span, the precision of sub-
 
 from __future__ import annotations
 
+import itertools
 import types
 
 import numpy as np
@@ -143,7 +144,7 @@ def test_a_periodic_loop_cut_at_whole_cycles_is_precise_where_fixed_durations_al
     rows = sorted(one + other, key=lambda r: r["send_time"])
     span = W.steady_span(rows, 2)
     cut = np.linspace(span.start, span.end, W.MAX_SUB_WINDOWS + 1)
-    fixed = [W.tokens_in(rows, lo, hi) / (hi - lo) for lo, hi in zip(cut[:-1], cut[1:])]
+    fixed = [W.tokens_in(rows, lo, hi) / (hi - lo) for lo, hi in itertools.pairwise(cut)]
     assert W.half_width(fixed)[1] > 0.01
     assert W.steady([rows], 2)["precision"]["output_throughput_halfwidth"] < 1e-3
 
