@@ -1,7 +1,7 @@
 """Command line: argv -> typed arguments -> one library function per command. Errors are caught once, here.
 
 A command parses, calls, and prints what came back; what a command does lives in the library (bench.sweep,
-bench.profiling.point, bench.patching, ...), where it can be tested without a process.
+bench.profile_point, bench.patching, ...), where it can be tested without a process.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
     if args.target == "analyze":
         return _profile_analyze(args)
-    from bench.profiling.point import ProfileRequest, prepare_profile, run_profile
+    from bench.profile_point import ProfileRequest, prepare_profile, run_profile
 
     job = prepare_profile(
         ProfileRequest(
@@ -148,7 +148,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _profile_analyze(args: argparse.Namespace) -> int:
-    from bench.profiling.point import analyze_sqlite
+    from bench.profile_point import analyze_sqlite
 
     if args.file is None:
         raise BenchError("profile analyze needs FILE (an nsys .sqlite or .sqlite.xz export)")

@@ -25,14 +25,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bench import kimi_rank
 from bench.errors import BenchError
 from bench.profile import Shape
-
-if TYPE_CHECKING:
-    from bench.plan import Point
 
 LABEL = "emulated"
 MODELLED = (
@@ -100,21 +97,6 @@ def emulated_target(target: str, dcp_size: int) -> str:
 def dcp_emulated(target: str) -> int:
     """The DCP size a served model name emulates (1: none)."""
     return kimi_rank.parse_spec(target).dcp if kimi_rank.is_kimi_rank(target) else 1
-
-
-def emulate(point: Point) -> Point:
-    """`point` as one DCP rank of itself when its engine emulates DCP (per-rank prompt length, `emulation` set),
-    else unchanged. A text workload (no batch shape) cannot be cut per rank: it is skipped with the reason."""
-    n = dcp_emulated(point.engine.target)
-    if n == 1:
-        return point
-    if point.shape is None:
-        reason = point.skip_reason or f"DCP{n} emulation needs a batch shape (random token ids), not a text workload"
-        return dataclasses.replace(point, skip_reason=reason)
-    spec = kimi_rank.parse_spec(point.engine.target)
-    shape = point.shape.model_copy(update={"input_len": rank_input_len(point.shape.input_len, n)})
-    emulation = DcpEmulation(n, point.shape, spec.heads, spec.attention_heads)
-    return dataclasses.replace(point, shape=shape, emulation=emulation)
 
 
 def excess_projection_bytes(target: str, k: int) -> float:

@@ -7,12 +7,22 @@ import platform as _platform
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from bench.errors import BenchError
 
-if TYPE_CHECKING:
-    from bench.profile import Hardware
+
+class Hardware(Protocol):
+    """What planning for another machine reads of a profile's [hardware] table (bench.profile.Hardware)."""
+
+    @property
+    def platform(self) -> str: ...
+
+    @property
+    def gpus(self) -> int: ...
+
+    @property
+    def arch(self) -> str | None: ...
 
 
 @dataclass(frozen=True)

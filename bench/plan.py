@@ -3,6 +3,7 @@ distinct engine configuration starts one server that serves all of its batch sha
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -10,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from bench.dcp_emulation import DcpEmulation, dcp_emulated, emulate, emulated_target
+from bench import kimi_rank
+from bench.dcp_emulation import DcpEmulation, dcp_emulated, emulated_target, rank_input_len
 from bench.errors import BenchError
 from bench.hardware import Machine, detect_machine, planned_machine
 from bench.kimi_rank import engine_fit_problem, is_kimi_rank
@@ -380,3 +382,18 @@ def plan_sweep(
     plan = make_plan(chosen, machine)
     plan = plan.select(points) if points is not None else plan
     return plan if dry_run else load_datasets(plan)
+
+
+def emulate(point: Point) -> Point:
+    """`point` as one DCP rank of itself when its engine emulates DCP (per-rank prompt length, `emulation` set),
+    else unchanged. A text workload (no batch shape) cannot be cut per rank: it is skipped with the reason."""
+    n = dcp_emulated(point.engine.target)
+    if n == 1:
+        return point
+    if point.shape is None:
+        reason = point.skip_reason or f"DCP{n} emulation needs a batch shape (random token ids), not a text workload"
+        return dataclasses.replace(point, skip_reason=reason)
+    spec = kimi_rank.parse_spec(point.engine.target)
+    shape = point.shape.model_copy(update={"input_len": rank_input_len(point.shape.input_len, n)})
+    emulation = DcpEmulation(n, point.shape, spec.heads, spec.attention_heads)
+    return dataclasses.replace(point, shape=shape, emulation=emulation)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from bench import contamination
 from bench import metrics as M
 from bench import window as W
+from bench.failures import ENGINE_FATAL, classify_log
 from bench.loadgen import (
     ClosedLoop,
     LoadAborted,
@@ -33,7 +34,7 @@ from bench.loadgen import (
 )
 from bench.plan import Plan, Point, dataset_for
 from bench.prompts import int_seed, prompt_name
-from bench.server import ENGINE_FATAL, ServerFailed, classify_log
+from bench.server import ServerFailed
 from bench.workloads.point import Sampling
 
 if TYPE_CHECKING:

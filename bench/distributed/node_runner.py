@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from bench.distributed.placement import NSYS_ON_NODE
+from bench.distributed.placement import JOB_FILE, NSYS_ON_NODE
 from bench.executor import SweepContext, run_engine
 from bench.plan import Point
 from bench.profiling.session import Capture, find_nsys
@@ -31,8 +31,6 @@ from bench.store import SweepStore
 
 if TYPE_CHECKING:
     from bench.distributed.worker import EngineJob
-
-JOB_FILE = "run/job.pkl"  # under run/: scratch, never sent to the driver
 
 
 def emit(out: TextIO, event: dict) -> None:

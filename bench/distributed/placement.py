@@ -19,6 +19,7 @@ GPU_RESOURCE = "GPU"
 SLOT_RESOURCE = "bench_gpu"  # on CPU clusters: `ray start --resources '{"bench_gpu": N}'`
 NODE_LOST = "node-lost"  # the reason of a point whose node was lost or whose worker was killed
 NSYS_ON_NODE = "on-node"  # a capture's nsys: the one found on the node that runs the server (not the driver's)
+JOB_FILE = "run/job.pkl"  # an engine job for a node runner, under run/: scratch, never sent to the driver
 CLUSTER_SKIP = "cluster: "  # skip reasons that are the cluster's, not the plan's (a --resume may run them)
 _HYPOTHETICAL = re.compile(r"^(\d+)x(\d+)$")
 

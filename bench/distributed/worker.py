@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from bench.distributed.node_runner import JOB_FILE
+from bench.distributed.placement import JOB_FILE
 from bench.plan import EngineConfig, Plan, Point
 
 SYNC_S = 5.0  # how often the server log's new bytes go to the driver while nothing else happens

@@ -49,6 +49,7 @@ from bench.errors import BenchError
 from bench.profiling import nsys_readers as rd
 from bench.profiling import nsys_sqlite as db
 from bench.profiling.nsys_attribution import attribute, kernel_breakdown
+from bench.profiling.nsys_readers import range_label
 from bench.store import atomic_write_bytes, atomic_write_table
 
 STAT_METRICS = ("cpu_ns", "gpu_busy_ns", "gpu_span_ns")
@@ -134,13 +135,6 @@ def summarize_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(
         ["cpu_ns_total", "domain", "name"], ascending=[False, True, True], kind="stable"
     ).reset_index(drop=True)
-
-
-def range_label(domain: str, name: str) -> str:
-    """'name [domain]', or just the name for the default domain or when the name already carries it."""
-    if not domain or str(name).startswith(f"{domain}:"):
-        return str(name) or "(unnamed)"
-    return f"{name} [{domain}]"
 
 
 # --- facts and warnings ------------------------------------------------------------------------------------

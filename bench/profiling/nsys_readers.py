@@ -214,3 +214,10 @@ def read_diagnostics(export: NsysExport, global_pids: Iterable[int]) -> list[str
     for gp, text in rows:
         seen.setdefault(f"pid {pid_of(int(gp))}: {str(text).strip()}", None)
     return list(seen)
+
+
+def range_label(domain: str, name: str) -> str:
+    """'name [domain]', or just the name for the default domain or when the name already carries it."""
+    if not domain or str(name).startswith(f"{domain}:"):
+        return str(name) or "(unnamed)"
+    return f"{name} [{domain}]"

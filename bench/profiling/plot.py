@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from bench.errors import BenchError
-from bench.profiling.nsys_analysis import range_label
+from bench.profiling.nsys_readers import range_label
 from bench.store import atomic_write_bytes
 
 MAX_BARS = 30

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.failures import classify_log
 from bench.profiling.nsys_analysis import summarize_ranges
 from bench.report.categories import category_table, has_workloads
 from bench.report.roofline import model_configs
@@ -21,7 +22,6 @@ from bench.report.roofline_check import step_facts
 from bench.report.roofline_points import roofline
 from bench.report.speedup import with_speedups
 from bench.report.tables import plain_points, points_table, provenance
-from bench.server import classify_log
 from bench.store import SweepStore
 
 SERIES_AXES = ["draft_attention_backend", "draft_kv_cache_dtype", "dcp_size"]

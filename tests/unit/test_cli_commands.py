@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from bench import profile_point as point_module
 from bench import sweep as sweep_module
 from bench.cli import NO_NSYS, main
-from bench.profiling import point as point_module
-from bench.profiling.point import ProfileOutcome
+from bench.profile_point import ProfileOutcome
 from bench.sweep import SweepOutcome
 
 

@@ -16,7 +16,7 @@ from bench.errors import EXIT_CODE_MEANINGS, ExitCode
 from bench.hardware import Machine
 from bench.plan import Plan, make_plan
 from bench.profile import parse_profile
-from bench.profiling.point import ProfileJob, ProfileOutcome, choose_point, run_profile
+from bench.profile_point import ProfileJob, ProfileOutcome, choose_point, run_profile
 from bench.profiling.session import Capture, bench_range_count
 from bench.profiling.timing import TimingRecorder
 from bench.server import ServerSpec
@@ -137,8 +137,8 @@ class Job:
 
 
 def cli_profile(monkeypatch, outcome: ProfileOutcome) -> int:
-    monkeypatch.setattr("bench.profiling.point.prepare_profile", lambda request: Job())
-    monkeypatch.setattr("bench.profiling.point.run_profile", lambda job: outcome)
+    monkeypatch.setattr("bench.profile_point.prepare_profile", lambda request: Job())
+    monkeypatch.setattr("bench.profile_point.run_profile", lambda job: outcome)
     return main(["profile", "tiny", "--no-nsys"])
 
 

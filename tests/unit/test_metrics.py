@@ -2,7 +2,8 @@ import pytest
 
 from bench import metrics as M
 from bench.effective import mismatches, read_effective
-from bench.server import classify_log, server_argv
+from bench.failures import classify_log
+from bench.server import server_argv
 
 
 def rec(send, chunks, tokens, end, status="ok", phase="measure", prompt_len=8):

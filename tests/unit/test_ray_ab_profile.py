@@ -17,7 +17,7 @@ from bench.distributed.ledger import engine_nodes, same_nodes_as
 from bench.distributed.placement import NSYS_ON_NODE
 from bench.errors import BenchError
 from bench.plan import Plan
-from bench.profiling.point import ProfileJob, run_profile
+from bench.profile_point import ProfileJob, run_profile
 from tests.unit import test_ray_driver as scripted_ray
 from tests.unit.test_ray_driver import events_ok, plan_for
 
@@ -199,8 +199,8 @@ def test_same_nodes_needs_ray():
 
 
 def test_cli_passes_ray_to_ab_profile_and_sweep(monkeypatch, tmp_path):
+    from bench import profile_point as point_module
     from bench.cli import main
-    from bench.profiling import point as point_module
 
     seen: dict = {}
     monkeypatch.setattr(ab, "run_ab", lambda *args, **kw: seen.setdefault("ab", kw) and 0)

@@ -11,7 +11,7 @@ from bench.hardware import Machine, planned_machine
 from bench.patching import check_verified, format_status
 from bench.plan import make_plan, plan_sweep
 from bench.profile import Hardware, load_profile
-from bench.profiling.point import choose_point
+from bench.profile_point import choose_point
 
 CPU = Machine("cpu", cpu="test cpu")
 KIMI = "kimi-k2.6-eagle3-tp8"
