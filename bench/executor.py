@@ -68,7 +68,7 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
     spec, vocab = server_spec(engine, ctx.store, ctx.plan.flavor, ctx.server_env(engine.id), ctx.draft_keys)
     spec.argv += ctx.server_args
     text = any(p.workload.is_text for p in points)
-    spec.argv += (flag := M.request_spec_args(engine.num_speculative_tokens, dict(engine.server), text))
+    spec.argv += (flag := M.request_spec_args(engine.num_speculative_tokens, engine.serve_args, text))
     if ctx.capture:
         spec.argv = ctx.capture.wrap(spec.argv, engine.id)
     server = Server(spec)
@@ -269,7 +269,7 @@ def _workload_record(plan: Plan, point: Point, running: RunningEngine) -> dict:
 
 def _asks_request_spec(engine: EngineConfig) -> bool:
     """The profile's [server] turned vLLM's per-request acceptance on itself."""
-    asked = dict(engine.server).get(M.REQUEST_SPEC_FLAG, "none")
+    asked = engine.serve_args.get(M.REQUEST_SPEC_FLAG, "none")
     return bool(engine.num_speculative_tokens) and str(asked) != "none"
 
 

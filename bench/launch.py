@@ -73,7 +73,7 @@ def engine_argv(
 ) -> list[str]:
     """The `vllm serve` argv of `engine`: what a sweep runs and what its --dry-run shows."""
     spec = engine.speculative_config(draft, draft_keys)
-    return server_argv(target, SERVED_NAME, port, dict(engine.server), spec, engine.dcp_size, load_format)
+    return server_argv(target, SERVED_NAME, port, engine.serve_args, spec, engine.dcp_size, load_format)
 
 
 def measurement_line(run) -> str:
@@ -101,7 +101,7 @@ def describe_plan(plan: Plan, draft_keys: str = "legacy") -> str:
     for engine, points in plan.groups:
         target, draft = _display_models(engine, plan.flavor)
         argv = engine_argv(engine, target, draft, _load_format(engine), 0, draft_keys)
-        per_request = request_spec_args(engine.num_speculative_tokens, dict(engine.server), _has_text(points))
+        per_request = request_spec_args(engine.num_speculative_tokens, engine.serve_args, _has_text(points))
         planned_elsewhere = machine.cpu == "(planned)"  # the vLLM there may lack the flag (0.26.0 does)
         argv += [] if planned_elsewhere else per_request
         lines.append(f"\nserver {engine.id}  [{engine.label()}]")

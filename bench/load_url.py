@@ -154,8 +154,10 @@ def plan_for_url(request: LoadRequest) -> Plan:
         raise BenchError(f"{profile.name}: no runnable point ({'; '.join({str(p.skip_reason) for p in plan.skipped})})")
     engines = [e for e, _ in plan.groups]
     if len(engines) > 1:
-        varied = [a for a in ENGINE_AXES if len({getattr(e, a) for e in engines}) > 1]
-        shown = ", ".join(f"{a} ({', '.join(sorted({str(getattr(e, a)) for e in engines}))})" for a in varied)
+        values = {a: {str(getattr(e, a)) for e in engines} for a in ENGINE_AXES}
+        for name in {k for e in engines for k, _ in e.axes}:  # server axes (bench/axes.py)
+            values[name] = {str(dict(e.axes).get(name)) for e in engines}
+        shown = ", ".join(f"{a} ({', '.join(sorted(v))})" for a, v in values.items() if len(v) > 1)
         raise BenchError(
             f"{profile.name}: load --url cannot change the server's engine configuration, and the profile varies "
             f"{shown}: keep one value of each (or choose the points of one engine with --points)"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from bench import axes as server_axes
 from bench import kimi_rank
 from bench.dcp_emulation import DcpEmulation, dcp_emulated, emulated_target, rank_input_len
 from bench.errors import BenchError
@@ -53,9 +54,11 @@ class EngineConfig:
     dcp_size: int
     num_speculative_tokens: int
     acceptance: tuple[tuple[str, Any], ...]
+    axes: tuple[tuple[str, Any], ...] = ()  # sorted (flag, value) of the server axes (bench/axes.py)
 
     def to_dict(self) -> dict:
         return {
+            **({"axes": dict(self.axes)} if self.axes else {}),  # absent without server axes: ids unchanged
             "target": self.target,
             "draft": self.draft,
             "weights": self.weights,
@@ -73,8 +76,13 @@ class EngineConfig:
         return stable_id(self.to_dict())
 
     @property
+    def serve_args(self) -> dict[str, Any]:
+        """The `vllm serve` arguments of the profile's [server] table and of the server axes."""
+        return {**dict(self.server), **dict(self.axes)}
+
+    @property
     def tensor_parallel_size(self) -> int:
-        return int(dict(self.server).get("tensor_parallel_size", 1))
+        return int(self.serve_args.get("tensor_parallel_size", 1))
 
     def speculative_config(self, draft_path: str, draft_keys: str = "legacy") -> dict | None:
         """--speculative-config (None: k = 0, no draft). draft_keys "legacy" passes draft_attention_backend / draft_kv_cache_dtype (the
@@ -109,9 +117,10 @@ class EngineConfig:
     def label(self) -> str:
         emulated = self.dcp_emulated
         dcp = f"dcp{emulated}-emulated" if emulated > 1 else f"dcp{self.dcp_size}"
+        extra = f" {server_axes.label(self.axes)}" if self.axes else ""
         if self.num_speculative_tokens == 0:
-            return f"no-spec {dcp} k0"
-        return f"{self.draft_attention_backend}/{self.draft_kv_cache_dtype} {dcp} k{self.num_speculative_tokens}"
+            return f"no-spec {dcp} k0{extra}"
+        return f"{self.draft_attention_backend}/{self.draft_kv_cache_dtype} {dcp} k{self.num_speculative_tokens}{extra}"
 
 
 @dataclass(frozen=True)
@@ -216,7 +225,7 @@ class Plan:
 def constraint(engine: EngineConfig, machine: Machine) -> str | None:
     """Why this engine config cannot run on `machine`, or None."""
     tp = engine.tensor_parallel_size
-    server = dict(engine.server)
+    server = engine.serve_args
     kv_dtypes = {engine.draft_kv_cache_dtype, str(server.get("kv_cache_dtype", "auto"))}
     no_draft = engine.num_speculative_tokens == 0  # the baseline: no draft backend or draft KV to check
     if no_draft:
@@ -257,8 +266,14 @@ def make_plan(profile: Profile, machine: Machine) -> Plan:
     plan = Plan(profile, machine)
     acceptance = tuple(sorted(profile.acceptance.model_dump().items()))
     engines: list[EngineConfig] = []
-    for backend, kv, dcp, k, emulated in itertools.product(
-        ax.draft_attention_backend, ax.draft_kv_cache_dtype, ax.dcp_size, ax.num_speculative_tokens, ax.dcp_emulated
+    flags = [[(name, v) for v in values] for name, values in ax.server.items()]
+    for backend, kv, dcp, k, emulated, extra in itertools.product(
+        ax.draft_attention_backend,
+        ax.draft_kv_cache_dtype,
+        ax.dcp_size,
+        ax.num_speculative_tokens,
+        ax.dcp_emulated,
+        itertools.product(*flags),
     ):
         if k == 0:  # no draft: one baseline per DCP size, whatever the draft axes hold
             backend, kv = NO_DRAFT, NO_DRAFT
@@ -273,6 +288,7 @@ def make_plan(profile: Profile, machine: Machine) -> Plan:
             dcp_size=dcp,
             num_speculative_tokens=k,
             acceptance=acceptance,
+            axes=tuple(sorted(extra)),
         )
         if engine not in engines:
             engines.append(engine)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from bench.axes import AXES, check_values
 from bench.errors import BenchError
 from bench.kimi_rank import is_kimi_rank, parse_spec
 from bench.run_options import Run
@@ -102,6 +103,23 @@ class Axes(Strict):
     shapes: list[Shape] = [Shape(concurrency=1, input_len=128, output_len=128)]
     # N > 1: one rank of DCP-N emulated on one GPU (bench/dcp_emulation.py); 1 = a plain rank
     dcp_emulated: list[int] = [1]
+    # `vllm serve` flags swept (bench/axes.py): the declared ones under [axes] by name, any other under [axes.server]
+    server: dict[str, list[Any]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _server_axes(cls, data):
+        """Declared server axes given under [axes] join [axes.server]; every server axis's values are checked."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        server = dict(data.pop("server", None) or {})
+        for name in [k for k in data if k in AXES]:
+            if name in server:
+                raise ValueError(f"{name} is given twice (under [axes] and [axes.server])")
+            server[name] = data.pop(name)
+        data["server"] = {name: check_values(name, values) for name, values in sorted(server.items())}
+        return data
 
     @field_validator("shapes", mode="before")
     @classmethod
@@ -270,6 +288,17 @@ class Profile(Strict):
         tp = parse_spec(self.model.target).tp
         if any(tp % n for n in emulated):
             raise ValueError(f"axes.dcp_emulated values must divide the target's tp ({tp})")
+        return self
+
+    @model_validator(mode="after")
+    def _server_axes_apart(self):
+        """A swept flag is not also fixed, and not one the suite sets itself."""
+        both = sorted(set(self.axes.server) & set(self.server))
+        if both:
+            raise ValueError(f"{both}: swept under [axes] and fixed under [server]: keep one")
+        owned = sorted(set(self.axes.server) & RESERVED_SERVER_ARGS)
+        if owned:
+            raise ValueError(f"axes.server keys {owned} are set by the suite (use [model] / [axes] instead)")
         return self
 
     @field_validator("server")

@@ -84,7 +84,9 @@ def server_argv(
         flag = "--" + key.replace("_", "-")
         if value is True:
             argv.append(flag)
-        elif value is False or value is None:
+        elif value is False:  # vLLM's boolean options take --no-<flag> (argparse.BooleanOptionalAction)
+            argv.append("--no-" + flag[2:])
+        elif value is None:
             continue
         else:
             argv += [flag, json.dumps(value) if isinstance(value, (dict, list)) else str(value)]

@@ -71,7 +71,7 @@ def described_cluster(text: str, platform: str) -> Cluster | None:
 
 def engine_gpus(engine: EngineConfig) -> int:
     """Accelerators one server of `engine` holds (DCP splits the TP group; it adds none)."""
-    server = dict(engine.server)
+    server = engine.serve_args
     return max(1, engine.tensor_parallel_size * int(server.get("pipeline_parallel_size", 1)))
 
 

@@ -21,7 +21,7 @@ from bench.report.roofline import model_configs
 from bench.report.roofline_check import step_facts
 from bench.report.roofline_points import roofline
 from bench.report.speedup import with_speedups
-from bench.report.tables import plain_points, points_table, provenance
+from bench.report.tables import axis_columns, plain_points, points_table, provenance
 from bench.store import SweepStore
 
 SERIES_AXES = ["draft_attention_backend", "draft_kv_cache_dtype", "dcp_size"]
@@ -59,8 +59,10 @@ def point_extras(sweep_dir: Path) -> pd.DataFrame:
 
 
 def varied_axes(points: pd.DataFrame) -> list[str]:
-    """The configuration axes with more than one value in the sweep (all points, whatever their status)."""
-    return [a for a in CONFIG_AXES if a in points and points[a].nunique(dropna=False) > 1]
+    """The configuration axes with more than one value in the sweep (all points, whatever their status), the
+    server axes (bench/axes.py) included."""
+    axes = CONFIG_AXES + axis_columns(points)
+    return [a for a in axes if a in points and points[a].nunique(dropna=False) > 1]
 
 
 def enrich(points: pd.DataFrame, extras: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -109,6 +111,8 @@ def series_label(row, varied: set[str]) -> str:
         parts.append(f"dcp{row.dcp_size}")
     if "num_speculative_tokens" in varied:
         parts.append(f"k{row.num_speculative_tokens}")
+    if isinstance(getattr(row, "server_axes", None), str):
+        parts.append(row.server_axes)
     return " ".join(parts)
 
 

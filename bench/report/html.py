@@ -20,11 +20,13 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup
 
+from bench import axes as server_axes
 from bench.fmt import fmt, is_missing
 from bench.report import roofline as R
 from bench.report.analysis import LATENCY_METRICS, ReportData
 from bench.report.categories import html_columns
 from bench.report.speedup import page_notes
+from bench.report.tables import AXIS_PREFIX
 
 DASH = "–"  # an unknown value in the page's tables
 Columns = Mapping[str, tuple[str, str | None]]  # column -> (header, format spec for bench.fmt.fmt)
@@ -47,6 +49,15 @@ AXIS_LONG = {
     "output_len": "output length",
     "concurrency": "concurrency",
 }
+
+
+def axis_name(column: str) -> str:
+    """A configuration axis's header: the built-in ones here, a server axis's from its declaration."""
+    if column.startswith(AXIS_PREFIX):
+        return server_axes.header(column.removeprefix(AXIS_PREFIX))
+    return AXIS_NAMES.get(column, column)
+
+
 RESULT_COLUMNS: Columns = {
     "output_throughput": ("output tok/s", ",.1f"),
     "per_user_output_throughput": ("tok/s/user", ",.1f"),
@@ -205,7 +216,7 @@ def table(
 
 def axes_columns(data: ReportData, extra: Columns) -> dict:
     """Label column + the axes that vary, for compact tables."""
-    varied = {a: (AXIS_NAMES.get(a, a), None) for a in data.counts["varied"]}
+    varied = {a: (axis_name(a), None) for a in data.counts["varied"]}
     return {"label": ("point", None), **varied, **extra}
 
 
@@ -350,7 +361,7 @@ def page_context(data: ReportData, images: Mapping[str, bytes | None]) -> dict:
         "vllm": p["vllm"],
         "machine": p["machine"],
         "counts": c,
-        "varied": [AXIS_LONG.get(a, a) for a in c["varied"]],
+        "varied": [AXIS_LONG.get(a) or axis_name(a) for a in c["varied"]],
         "best_label": c["best_label"],
         "best_output_throughput": fmt(c["best_output_throughput"], ",.1f"),
         "lens_vary": any(a in c["varied"] for a in ("input_len", "output_len")),

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench import axes as server_axes
 from bench.fmt import fmt
 from bench.report.categories import category_markdown, has_workloads
 from bench.report.speedup import markdown_notes, markdown_results, with_speedups
+from bench.report.tables import AXIS_PREFIX, axis_columns
 
 
 def md_table(df: pd.DataFrame, columns: dict[str, tuple[str, int]]) -> str:
@@ -60,16 +62,14 @@ FAILED_COLUMNS = {
 
 
 def _result_columns(points: pd.DataFrame) -> dict[str, tuple[str, int]]:
-    """The results table's columns; with workloads, each point's load (workload, sampling, arrival) after k."""
-    if not has_workloads(points):
-        return dict(RESULT_COLUMNS)
+    """The results table's columns: after k, each server axis (bench/axes.py) and, with workloads, each point's
+    load (workload, sampling, arrival)."""
     keys = list(RESULT_COLUMNS)
     at = keys.index("num_speculative_tokens") + 1
-    return (
-        {k: RESULT_COLUMNS[k] for k in keys[:at]}
-        | {"load": ("workload", 0)}
-        | {k: RESULT_COLUMNS[k] for k in keys[at:]}
-    )
+    after_k = {c: (server_axes.header(c.removeprefix(AXIS_PREFIX)), 0) for c in axis_columns(points)}
+    if has_workloads(points):
+        after_k["load"] = ("workload", 0)
+    return {k: RESULT_COLUMNS[k] for k in keys[:at]} | after_k | {k: RESULT_COLUMNS[k] for k in keys[at:]}
 
 
 def summary_markdown(points: pd.DataFrame, prov: dict) -> str:

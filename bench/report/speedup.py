@@ -22,7 +22,17 @@ from bench import dcp_emulation
 from bench.fmt import fmt
 from bench.report.tables import plain_points
 
-BASELINE_KEY = ["dcp_size", "dcp_emulated", "concurrency", "input_len", "output_len", "workload", "arrival"]
+# the baseline of a point: the k = 0 point of the same DCP, server axes (bench/axes.py) and load
+BASELINE_KEY = [
+    "dcp_size",
+    "dcp_emulated",
+    "server_axes",
+    "concurrency",
+    "input_len",
+    "output_len",
+    "workload",
+    "arrival",
+]
 SPEEDUP_COLUMNS = ["point_id", "baseline_point_id", "speedup_output", "speedup_tpot"]
 MARKDOWN_COLUMNS = {"speedup_output": "vs k=0 tok/s", "speedup_tpot": "vs k=0 TPOT"}
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench import axes as server_axes
 from bench.store import SweepStore
 
 POINT_COLUMNS = [
@@ -18,6 +19,7 @@ POINT_COLUMNS = [
     "dcp_size",
     "dcp_emulated",  # N: one rank of DCP-N emulated on one GPU (input_len is its share); None: not emulated
     "num_speculative_tokens",
+    "server_axes",  # the server axes' part of the engine label (bench/axes.py), None without; each has a column too
     "concurrency",
     "input_len",
     "output_len",
@@ -80,6 +82,8 @@ def point_row(p: dict) -> dict:
         "dcp_size": eng["dcp_size"],
         "dcp_emulated": (cfg.get("emulation") or {}).get("dcp_size"),
         "num_speculative_tokens": eng["num_speculative_tokens"],
+        "server_axes": server_axes.label(sorted((eng.get("axes") or {}).items())) or None,
+        **{axis_column(k): v for k, v in (eng.get("axes") or {}).items()},
         "concurrency": shape.get("concurrency", arrival.get("max_concurrency")),
         "input_len": shape.get("input_len"),
         "output_len": shape.get("output_len", (workload.get("sampling") or {}).get("max_tokens")),
@@ -130,15 +134,30 @@ def _workload_columns(p: dict) -> dict:
     }
 
 
+AXIS_PREFIX = "axis."
+
+
+def axis_column(name: str) -> str:
+    """The points table's column of a server axis (bench/axes.py)."""
+    return AXIS_PREFIX + name
+
+
+def axis_columns(points: pd.DataFrame) -> list[str]:
+    """The server-axis columns a points table has, in name order."""
+    return sorted(c for c in points.columns if c.startswith(AXIS_PREFIX))
+
+
 def points_table(sweep_dir: Path) -> pd.DataFrame:
     rows = [point_row(p) for p in SweepStore(sweep_dir).points().values()]
-    df = pd.DataFrame(rows, columns=POINT_COLUMNS)
+    extra = sorted({k for r in rows for k in r if k.startswith(AXIS_PREFIX)})
+    df = pd.DataFrame(rows, columns=POINT_COLUMNS + extra)
     return df.sort_values(
         [
             "draft_attention_backend",
             "draft_kv_cache_dtype",
             "dcp_size",
             "num_speculative_tokens",
+            *extra,
             "concurrency",
             "input_len",
             "output_len",

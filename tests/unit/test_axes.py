@@ -1,0 +1,111 @@
+"""Server axes (bench/axes.py): one declaration makes a `vllm serve` flag a sweep axis, and everything downstream
+(profile validation, the plan's product, point ids, the launch command, the dry run, the engine label, the
+report's columns and speedup baselines, `load --url`'s check) follows from it. Existing profiles keep their ids."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from bench.errors import BenchError
+from bench.hardware import Machine
+from bench.launch import describe_plan
+from bench.plan import make_plan
+from bench.profile import load_profile, parse_profile
+from bench.report import markdown
+from bench.report.speedup import speedups
+from bench.report.tables import POINT_COLUMNS, axis_column
+
+BASE = {
+    "name": "axes",
+    "model": {"target": "tiny", "draft": "tiny", "weights": "dummy", "flavor": "cpu"},
+    "axes": {"draft_attention_backend": ["CPU_MLA"], "num_speculative_tokens": [0, 2], "shapes": ["2x16x8"]},
+}
+
+
+def plan_of(axes: dict, **extra):
+    data = {**BASE, "axes": {**BASE["axes"], **axes}, **extra}
+    return make_plan(parse_profile(data, "cpu", "axes.toml"), Machine("cpu"))
+
+
+def test_existing_profiles_keep_their_point_ids():
+    """Ids written before server axes existed (reports/examples/kimi-rank-h200-staggered, tiny sweeps)."""
+    kimi = make_plan(
+        load_profile("profiles/kimi-k2.6-rank-h200-steady.toml", "gpu"), Machine("gpu", gpus=1, arch="sm90")
+    )
+    ids = {(p.engine.label(), p.shape.label): p.id for p in kimi.runnable}
+    assert ids[("FLASHMLA/fp8 dcp1 k3", "8x1024x256")] == "992aa38f2237"
+    assert ids[("no-spec dcp1 k0", "8x1024x256")] == "75ee180c014a"
+    tiny = make_plan(load_profile("tiny", "cpu"), Machine("cpu"))
+    assert {"3eeeb2af1df4", "ca6cc3f6ee7b"} <= {p.id for p in tiny.runnable}
+    assert all(not e.axes and "axes" not in e.to_dict() for e, _ in tiny.groups)
+
+
+def test_a_declared_axis_is_crossed_launched_labelled_and_hashed():
+    plan = plan_of({"max_num_batched_tokens": [2048, 8192]})
+    engines = [e for e, _ in plan.groups]
+    assert len(engines) == 4, "k in {0, 2} x two values"
+    assert sorted(e.label() for e in engines) == [
+        "CPU_MLA/auto dcp1 k2 mbt=2048",
+        "CPU_MLA/auto dcp1 k2 mbt=8192",
+        "no-spec dcp1 k0 mbt=2048",
+        "no-spec dcp1 k0 mbt=8192",
+    ]
+    assert len({p.id for p in plan.runnable}) == 4, "the value is part of the point id"
+    assert all(e.serve_args["max_num_batched_tokens"] in (2048, 8192) for e in engines)
+    text = describe_plan(plan)
+    assert "--max-num-batched-tokens 2048" in text and "--max-num-batched-tokens 8192" in text
+    assert "[no-spec dcp1 k0 mbt=2048]" in text
+
+
+def test_any_vllm_serve_flag_can_be_swept_under_axes_server():
+    plan = plan_of({"server": {"enable_prefix_caching": [True, False]}})
+    labels = sorted(e.label() for e, _ in plan.groups)
+    assert labels[0].endswith("enable_prefix_caching=False") and labels[-1].endswith("enable_prefix_caching=True")
+    text = describe_plan(plan)
+    assert "--enable-prefix-caching" in text and "--no-enable-prefix-caching" in text
+
+
+@pytest.mark.parametrize(
+    ("axes", "extra", "why"),
+    [
+        ({"max_num_batched_tokens": [0]}, {}, "values must be >= 1"),
+        ({"max_num_batched_tokens": ["big"]}, {}, "is not int"),
+        ({"max_num_batched_tokens": [64, 64]}, {}, "distinct"),
+        ({"max_num_batched_tokens": []}, {}, "at least one value"),
+        ({"max_num_batched_tokens": [64]}, {"server": {"max_num_batched_tokens": 128}}, "keep one"),
+        ({"server": {"port": [1, 2]}}, {}, "set by the suite"),
+        ({"server": {"Bad-Flag": [1]}}, {}, "not a vllm serve flag name"),
+        ({"server": {"max_num_batched_tokens": [64]}, "max_num_batched_tokens": [32]}, {}, "given twice"),
+    ],
+)
+def test_server_axis_values_are_checked(axes, extra, why):
+    with pytest.raises(BenchError, match=why):
+        plan_of(axes, **extra)
+
+
+def test_report_shows_the_axis_and_matches_baselines_on_it():
+    def row(pid, k, mbt, tok_s):
+        base = dict.fromkeys(POINT_COLUMNS)
+        return base | {
+            "point_id": pid,
+            "status": "ok",
+            "num_speculative_tokens": k,
+            "dcp_size": 1,
+            "concurrency": 2,
+            "input_len": 16,
+            "output_len": 8,
+            "server_axes": f"mbt={mbt}",
+            axis_column("max_num_batched_tokens"): mbt,
+            "output_throughput": tok_s,
+            "tpot_p50_ms": 1000 / tok_s,
+        }
+
+    points = pd.DataFrame([row("a", 0, 2048, 100.0), row("b", 0, 8192, 200.0), row("c", 2, 8192, 300.0)])
+    found = speedups(points).set_index("point_id")
+    assert found.loc["c", "baseline_point_id"] == "b", "the baseline has the same server-axis value"
+    assert found.loc["c", "speedup_output"] == pytest.approx(1.5)
+    columns = markdown._result_columns(points)
+    keys = list(columns)
+    assert columns[axis_column("max_num_batched_tokens")][0] == "max batched tokens"
+    assert keys.index(axis_column("max_num_batched_tokens")) == keys.index("num_speculative_tokens") + 1
