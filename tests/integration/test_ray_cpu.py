@@ -24,6 +24,7 @@ import pytest
 from bench.store import SweepStore
 from tests.conftest import processes_using
 from tests.helpers.ray_cluster import RAY_ENV, start_cluster, stop_cluster
+from tests.helpers.streamed import stream
 from tests.integration.test_sweep_cpu import PROFILE, patched_vllm  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
@@ -44,20 +45,9 @@ def server_pids(folder: Path) -> list[int]:
 
 
 def bench(*args: str, on_line=None, timeout: float = 1200) -> tuple[int, list[str], subprocess.Popen]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, **RAY_ENV},
+    return stream(
+        [sys.executable, "-m", "bench", *args], timeout_s=timeout, on_line=on_line, env={**os.environ, **RAY_ENV}
     )
-    lines = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line.rstrip())
-        if on_line:
-            on_line(line, proc)
-    return proc.wait(timeout=timeout), lines, proc
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from bench.patching import apply_series, locate_vllm
 from bench.store import SweepStore
 from tests.conftest import processes_using
+from tests.helpers.streamed import stream
 
 pytestmark = pytest.mark.slow
 PROFILE = Path(__file__).resolve().parents[1] / "data" / "e2e-cpu.toml"
@@ -36,18 +36,12 @@ def engine_core_pids(out_dir: Path) -> list[int]:
 
 
 def run_sweep_cli(out_dir: Path, *extra: str, on_line=None) -> tuple[int, list[str]]:
-    proc = subprocess.Popen(
+    rc, lines, _ = stream(
         [sys.executable, "-m", "bench", "sweep", str(PROFILE), "--out", str(out_dir), *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        timeout_s=900,
+        on_line=(lambda line, _proc: on_line(line)) if on_line else None,
     )
-    lines = []
-    for line in proc.stdout:
-        lines.append(line.rstrip())
-        if on_line:
-            on_line(line)
-    return proc.wait(timeout=900), lines
+    return rc, lines
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import timeit
 from pathlib import Path
 
 import pandas as pd
@@ -639,23 +638,7 @@ def test_forked_child_writes_its_own_file(tmp_path):
     assert df.groupby("pid").size().to_dict() == {os.getpid(): 1, child.pid: 1}
 
 
-# --- overhead --------------------------------------------------------------------------------------------------
-
-
-def per_call_ns(fn, number=100_000, repeat=5) -> float:
-    return min(timeit.repeat(lambda: fn(1), number=number, repeat=repeat)) / number * 1e9
-
-
-def test_overhead_with_no_tool_attached_is_under_a_microsecond():
-    def noop(x):
-        return x
-
-    base = per_call_ns(noop)
-    wrapped = wrapping.make_wrapper(noop, "bench.x")  # what BENCH_NVTX=1 installs when no tool is attached
-    assert per_call_ns(wrapped) - base < 1000
-    nvtx = pytest.importorskip("nvtx")
-    forced = wrapping.make_wrapper(noop, "bench.x", domain=nvtx.get_domain("bench"))  # nvtx's no-op calls
-    assert per_call_ns(forced) - base < 1000
+# The wrappers' cost per call is a benchmark, not a test: benchmarks/plugin_overhead.py.
 
 
 # --- GPU ---------------------------------------------------------------------------------------------------------
