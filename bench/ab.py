@@ -55,6 +55,9 @@ def run_ab(
     out: Path | None,
     repeat: int = 1,
     alpha: float = 0.05,
+    min_effect: float = 0.02,
+    max_effect: float = 0.05,
+    correction: str = "holm",
     expected_noise: float = CPU_AA_BETWEEN_CV,
     ray: str | None = None,
 ) -> int:
@@ -68,7 +71,11 @@ def run_ab(
     out = Path(out or REPO / "reports" / f"ab-{Path(profile).stem}-{dt.datetime.now():%Y%m%d-%H%M%S}")
     if (out / "baseline").exists() or (out / "candidate").exists():
         raise BenchError(f"{out} already holds an A/B run")
-    reachable, design = plan_design(rounds, alpha, expected_noise)
+    from bench.compare import GATED
+    from bench.plan import plan_sweep
+
+    points = len(plan_sweep(profile, dry_run=True).runnable)  # each is gated on len(GATED) metrics
+    reachable, design = plan_design(rounds, alpha, expected_noise, max_effect, points * len(GATED), correction)
     if not reachable:
         raise BenchError(f"ab --rounds {rounds}: {design}")
     print(f"ab design: {design}", file=sys.stderr, flush=True)
@@ -97,11 +104,20 @@ def run_ab(
                 raise BenchError(f"{side} round {r} failed (exit {rc})")
             if ray is not None:
                 ab_rounds.check_side(out, side, r)
-    from bench.compare import compare_dirs, compare_markdown, regressions
+    from bench.compare import compare_dirs, compare_markdown, outcome
     from bench.store import atomic_write_bytes
 
-    result = compare_dirs(out / "baseline", out / "candidate", alpha=alpha)
+    result = compare_dirs(
+        out / "baseline",
+        out / "candidate",
+        alpha=alpha,
+        min_effect=min_effect,
+        max_effect=max_effect,
+        correction=correction,
+    )
     text = compare_markdown(result) + (ab_rounds.nodes_markdown(out, rounds) if ray is not None else "")
     atomic_write_bytes(out / "compare.md", text.encode())
     print(text)
-    return ExitCode.GATE_FAILED if len(regressions(result)) else ExitCode.OK
+    code, line = outcome(result)
+    print(line, file=sys.stderr)
+    return code

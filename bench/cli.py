@@ -161,20 +161,25 @@ def _profile_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from bench.compare import compare_dirs, compare_markdown, regressions
+    from bench.compare import compare_dirs, compare_markdown, outcome
 
-    result = compare_dirs(args.baseline, args.candidate, min_effect=args.min_effect, alpha=args.alpha)
+    result = compare_dirs(
+        args.baseline,
+        args.candidate,
+        min_effect=args.min_effect,
+        alpha=args.alpha,
+        max_effect=args.max_effect,
+        correction=args.correction,
+    )
     text = compare_markdown(result)
     print(text)
     if args.out:
         from bench.store import atomic_write_bytes
 
         atomic_write_bytes(args.out, text.encode())
-    bad = regressions(result)
-    if len(bad) and not args.no_gate:
-        print(f"regression: {len(bad)} gated metric(s) slower beyond {args.min_effect:.0%}", file=sys.stderr)
-        return ExitCode.GATE_FAILED
-    return ExitCode.OK
+    code, line = outcome(result)
+    print(line, file=sys.stderr)
+    return ExitCode.OK if args.no_gate else code
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
@@ -188,6 +193,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
         out=args.out,
         repeat=args.repeat,
         alpha=args.alpha,
+        min_effect=args.min_effect,
+        max_effect=args.max_effect,
+        correction=args.correction,
         expected_noise=args.expected_noise,
         ray=args.ray,
     )
@@ -210,6 +218,16 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from bench.migrate import migrate
+
+    for root in args.dirs:
+        steps = migrate(root)
+        what = "; ".join(f"{s['from']} -> {s['to']}: {s['changed'] or 'nothing to change'}" for s in steps)
+        print(f"{root}: {what or 'already current'}")
+    return 0
+
+
 COMMANDS = {
     "patch": cmd_patch,
     "sweep": cmd_sweep,
@@ -219,6 +237,7 @@ COMMANDS = {
     "compare": cmd_compare,
     "profile": cmd_profile,
     "ab": cmd_ab,
+    "migrate": cmd_migrate,
 }
 
 

@@ -18,7 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in (_add_patch, _add_sweep, _add_load, _add_profile, _add_compare, _add_ab, _add_models, _add_report):
+    adders = (_add_patch, _add_sweep, _add_load, _add_profile, _add_compare, _add_ab, _add_models, _add_report)
+    for add in (*adders, _add_migrate):
         add(sub)
     return parser
 
@@ -117,10 +118,36 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     compare = sub.add_parser("compare", help="faster / slower / no change beyond noise, per matched point")
     compare.add_argument("baseline", type=Path, help="results directory, or a folder of them (rounds)")
     compare.add_argument("candidate", type=Path)
-    compare.add_argument("--min-effect", type=float, default=0.02, help="smallest relative change that counts")
-    compare.add_argument("--alpha", type=float, default=0.05, help="significance level of the Mann-Whitney test")
+    _add_verdict_options(compare)
     compare.add_argument("--out", type=Path, help="also write the markdown here")
-    compare.add_argument("--no-gate", action="store_true", help="exit 0 even when a gated metric regressed")
+    compare.add_argument(
+        "--no-gate", action="store_true", help="exit 0 whatever the outcome (regression, inconclusive)"
+    )
+
+
+def _add_verdict_options(parser: argparse.ArgumentParser) -> None:
+    """How compare and ab judge (docs/verdicts.md)."""
+    parser.add_argument("--min-effect", type=float, default=0.02, help="smallest relative change that counts")
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="family-wise significance level over every gated test of the comparison (exact permutation test of "
+        "the server starts' means, p adjusted by --correction)",
+    )
+    parser.add_argument(
+        "--max-effect",
+        type=float,
+        default=0.05,
+        help="the largest change a pass may leave undetected: a gated test whose detectable effect (80%% power) "
+        "is larger, or that has too few server starts, makes the outcome inconclusive (exit 6), not a pass",
+    )
+    parser.add_argument(
+        "--correction",
+        choices=("holm", "bh", "none"),
+        default="holm",
+        help="multiplicity adjustment over the gated tests: Holm (family-wise), Benjamini-Hochberg (FDR), none",
+    )
 
 
 def _add_ab(sub: argparse._SubParsersAction) -> None:
@@ -142,7 +169,7 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
     )
     ab.add_argument("--out", type=Path, help="default: reports/ab-<profile>-<time>")
     ab.add_argument("--repeat", type=int, default=1, help="trials per point within each round")
-    ab.add_argument("--alpha", type=float, default=0.05, help="significance level of the comparison")
+    _add_verdict_options(ab)
     ab.add_argument(
         "--expected-noise",
         type=float,
@@ -189,6 +216,13 @@ def _add_load(sub: argparse._SubParsersAction) -> None:
     load.add_argument("--points", help="only these points: ids or id prefixes, comma-separated (see sweep --dry-run)")
     load.add_argument("--repeat", type=int, help="trials per point (default: the profile's run.repeat)")
     load.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def _add_migrate(sub: argparse._SubParsersAction) -> None:
+    migrate = sub.add_parser(
+        "migrate", help="upgrade results directories written by an older bench to this one's schema (in place)"
+    )
+    migrate.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="results directories (with a manifest.json)")
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:

@@ -19,7 +19,7 @@ import pandas as pd
 from bench.errors import BenchError
 from bench.fmt import fmt, is_missing
 from bench.metrics import request_latencies
-from bench.stats import Comparison, compare_servers
+from bench.stats import CORRECTIONS, Comparison, compare_servers, decide, per_test_alpha
 from bench.store import SweepStore
 
 # metric -> higher is better
@@ -96,23 +96,52 @@ def _server_values(store: SweepStore, pid: str, rec: dict) -> dict[str, list[flo
     return values
 
 
-def compare_dirs(baseline: Path, candidate: Path, *, min_effect: float = 0.02, alpha: float = 0.05) -> dict:
+def compare_dirs(
+    baseline: Path,
+    candidate: Path,
+    *,
+    min_effect: float = 0.02,
+    alpha: float = 0.05,
+    max_effect: float = 0.05,
+    correction: str = "holm",
+) -> dict:
+    """Every matched point and metric compared (bench.stats), the gated tests' p adjusted together for
+    multiplicity (`correction`: holm, bh or none) and their verdicts drawn from the adjusted p; `max_effect`: the
+    largest change a pass may leave undetected (`outcome`)."""
     base, cand = load_side(baseline), load_side(candidate)
+    matched = [
+        p for p in sorted(set(base) & set(cand), key=lambda p: base[p].label) if base[p].servers and cand[p].servers
+    ]
+    tests = len(matched) * len(GATED)
+    level = per_test_alpha(alpha, tests, correction)  # gated tests: intervals, detectable effect, starts needed
     rows = []
-    for pid in sorted(set(base) & set(cand), key=lambda p: base[p].label):
+    for pid in matched:
         bp, cp = base[pid], cand[pid]
-        if not bp.servers or not cp.servers:
-            continue
         for metric, higher in METRICS.items():
             b = [s[metric] for s in bp.servers if s.get(metric)]
             c = [s[metric] for s in cp.servers if s.get(metric)]
-            r = compare_servers(b, c, higher, min_effect=min_effect, alpha=alpha)
-            rows.append({"point_id": pid, "label": bp.label, "metric": metric, **dataclasses.asdict(r)})
+            at = level if metric in GATED else alpha
+            found = compare_servers(b, c, higher, min_effect=min_effect, alpha=at)
+            rows.append({"point_id": pid, "label": bp.label, "metric": metric, **dataclasses.asdict(found)})
+    family = [i for i, row in enumerate(rows) if row["metric"] in GATED and row["p_value"] is not None]
+    adjusted = CORRECTIONS[correction]([rows[i]["p_value"] for i in family])
+    for row in rows:
+        row["p_adjusted"] = None
+    for i, p in zip(family, adjusted):
+        row = rows[i]
+        row["p_adjusted"] = p
+        row["verdict"] = decide(
+            row["ratio"], row["ci_low"], row["ci_high"], p, METRICS[row["metric"]], alpha, min_effect
+        )
     table = pd.DataFrame(
-        rows, columns=["point_id", "label", "metric", *(f.name for f in dataclasses.fields(Comparison))]
+        rows, columns=["point_id", "label", "metric", *(f.name for f in dataclasses.fields(Comparison)), "p_adjusted"]
     )
     return {
         "table": table,
+        "correction": correction,
+        "max_effect": max_effect,
+        "gated_tests": tests,
+        "per_test_alpha": level,
         "failures": failures(base, cand),
         "only_baseline": sorted(base[p].label for p in set(base) - set(cand) if not base[p].skipped),
         "only_candidate": sorted(cand[p].label for p in set(cand) - set(base) if not cand[p].skipped),
@@ -186,6 +215,38 @@ def regressions(result: dict, gated=GATED) -> pd.DataFrame:
     return pd.concat([slower, broken], ignore_index=True)
 
 
+def outcome(result: dict, gated=GATED) -> tuple[int, str]:
+    """(exit code, one line): a regression (4) when a gated metric got slower or a point failed; else
+    inconclusive (6) when a gated metric could not be judged (too few server starts) or could have hidden a change
+    larger than `max_effect` (its detectable effect is larger, or unknown); else 0: no regression larger than
+    the stated detectable effect."""
+    from bench.errors import ExitCode
+
+    bad = regressions(result, gated)
+    if len(bad):
+        return ExitCode.GATE_FAILED, f"regression: {len(bad)} gated metric(s) slower, or points failed or missing"
+    t = result["table"]
+    g = t[t.metric.isin(gated)]
+    unjudged = g[g.verdict == "insufficient data"]
+    blind = g[(g.verdict == "no change") & ~(g.mde.astype(float) <= result["max_effect"])]
+    if len(unjudged) or len(blind):
+        why = []
+        if len(unjudged):
+            why.append(
+                f"{len(unjudged)} gated test(s) with too few server starts (needs {int(unjudged.needed.max())} a side)"
+            )
+        if len(blind):
+            worst = blind.mde.astype(float).max()
+            why.append(
+                f"{len(blind)} gated test(s) whose detectable effect "
+                + (f"(up to {worst:.1%})" if worst == worst else "(unknown)")
+                + f" exceeds --max-effect {result['max_effect']:.0%}"
+            )
+        return ExitCode.INCONCLUSIVE, "inconclusive: " + "; ".join(why)
+    worst = g.mde.astype(float).max() if len(g) else float("nan")
+    return ExitCode.OK, f"no regression larger than {worst:.1%} (the largest detectable effect of {len(g)} gated tests)"
+
+
 def _ratio(r) -> str:
     if r is None or is_missing(r.ratio):
         return "-"
@@ -214,7 +275,10 @@ def compare_markdown(result: dict) -> str:
         f"{counts.get('slower', 0)} slower, {counts.get('faster', 0)} faster, {counts.get('no change', 0)} "
         f"no change, {counts.get('insufficient data', 0)} insufficient data, {int(f.gated.sum())} failed or missing "
         f"(a verdict needs p < {result['alpha']} over server starts, a 95% interval excluding 1 and an effect of "
-        f"at least {result['min_effect']:.0%}).",
+        f"at least {result['min_effect']:.0%}; the {result.get('gated_tests', 0)} gated tests' p adjusted together: "
+        f"{result.get('correction', 'none')}).",
+        "",
+        f"**Outcome: {outcome(result)[1]}**",
         "",
     ]
     if not f.empty:
@@ -268,13 +332,13 @@ def _details(t: pd.DataFrame, d: pd.DataFrame) -> list[str]:
         "",
         "<details><summary>Every metric</summary>",
         "",
-        "| point | metric | baseline | candidate | ratio [95% CI] | p | servers | between CV | within CV | detectable | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| point | metric | baseline | candidate | ratio [95% CI] | p | p adjusted | servers | between CV | within CV | detectable | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in t.itertuples():
         lines.append(
             f"| {r.label} | {r.metric} | {fmt(r.baseline, '.4g')} | {fmt(r.candidate, '.4g')} | {_ratio(r)} | "
-            f"{fmt(r.p_value, '.3g')} | {r.n_base}/{r.n_cand} | {fmt(r.between_cv, '.1%')} | "
+            f"{fmt(r.p_value, '.3g')} | {fmt(r.p_adjusted, '.3g')} | {r.n_base}/{r.n_cand} | {fmt(r.between_cv, '.1%')} | "
             f"{fmt(r.within_cv, '.1%')} | {fmt(r.mde, '.1%')} | {r.verdict} |"
         )
     if not d.empty:

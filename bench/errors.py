@@ -11,6 +11,7 @@ class ExitCode(IntEnum):
     POINTS_FAILED = 3
     GATE_FAILED = 4
     CAPTURE_FAILED = 5
+    INCONCLUSIVE = 6
     INTERRUPTED = 130
 
 
@@ -22,6 +23,8 @@ EXIT_CODE_MEANINGS = {
     ExitCode.GATE_FAILED: "compare / ab: a gated metric regressed, or candidate points failed or are missing",
     ExitCode.CAPTURE_FAILED: "profile / sweep --profile-points: a capture errored or recorded no bench.* range "
     "(3 wins when points failed too)",
+    ExitCode.INCONCLUSIVE: "compare / ab: no regression found, but the data cannot rule one out: a gated metric had too "
+    "few server starts, or its detectable effect exceeds --max-effect (never a pass)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGTERM); finished points are kept",
 }
 

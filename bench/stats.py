@@ -161,23 +161,75 @@ def _verdict(ratio: float, significant: bool, higher_better: bool, min_effect: f
 CPU_AA_BETWEEN_CV = 0.063
 
 
-def plan_design(starts: int, alpha: float, noise_cv: float, target_effect: float = 0.05) -> tuple[bool, str]:
-    """Before an A/B runs: can `starts` server starts a side reach alpha at all, and what change can it detect at
-    `noise_cv`? Returns (can reach alpha, a sentence for the user)."""
-    need = starts_needed(alpha)
+def per_test_alpha(alpha: float, tests: int, correction: str) -> float:
+    """The level one gated test must reach for the family to stay at `alpha`: the first step of Holm (and the
+    level at which Benjamini-Hochberg rejects a lone change) is alpha / tests; without correction, alpha."""
+    return alpha if correction == "none" else alpha / max(tests, 1)
+
+
+def plan_design(
+    starts: int,
+    alpha: float,
+    noise_cv: float,
+    target_effect: float = 0.05,
+    tests: int = 1,
+    correction: str = "holm",
+) -> tuple[bool, str]:
+    """Before an A/B runs: can `starts` server starts a side reach the per-test level (alpha over the `tests`
+    gated tests, per_test_alpha) at all, and what change can it detect at `noise_cv`? Returns (can reach it, a
+    sentence for the user)."""
+    level = per_test_alpha(alpha, tests, correction)
+    need = starts_needed(level)
+    family = f" ({tests} gated tests, {correction}: each at p < {level:.2g})" if level != alpha else ""
     if starts < need:
         return False, (
-            f"{starts} server starts a side cannot reach p < {alpha}: the smallest p an exact test gives "
-            f"is {min_p_value(starts, starts):.3f}; use at least {need}"
+            f"{starts} server starts a side cannot reach p < {level:.2g}{family}: the smallest p an exact test "
+            f"gives is {min_p_value(starts, starts):.3g}; use at least {need}"
         )
-    mde = min_detectable_effect(noise_cv, noise_cv, starts, starts, 1.0, alpha) or float("nan")
-    to_target = starts_to_detect(target_effect, noise_cv, alpha)
+    mde = min_detectable_effect(noise_cv, noise_cv, starts, starts, 1.0, level) or float("nan")
+    to_target = starts_to_detect(target_effect, noise_cv, level)
     text = (
-        f"{starts} server starts a side: at a between-start CV of {noise_cv:.1%} this design detects changes of "
-        f"{mde:.1%} or more (80% power)"
+        f"{starts} server starts a side{family}: at a between-start CV of {noise_cv:.1%} this design detects "
+        f"changes of {mde:.1%} or more (80% power)"
     )
     if mde > target_effect:
         text += f"; it cannot detect a {target_effect:.0%} change: that needs " + (
             f"{to_target} starts a side" if to_target else "more than 1000 starts a side (reduce the noise)"
         )
     return True, text
+
+
+def holm(p_values: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment (family-wise error at alpha over every test given; None stays None)."""
+    known = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    out: list[float | None] = [None] * len(p_values)
+    running, m = 0.0, len(known)
+    for rank, (p, i) in enumerate(known):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def benjamini_hochberg(p_values: list[float | None]) -> list[float | None]:
+    """Benjamini-Hochberg adjusted p (false discovery rate over every test given; None stays None)."""
+    known = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    out: list[float | None] = [None] * len(p_values)
+    running, m = 1.0, len(known)
+    for rank in range(m - 1, -1, -1):
+        p, i = known[rank]
+        running = min(running, p * m / (rank + 1))
+        out[i] = min(1.0, running)
+    return out
+
+
+CORRECTIONS = {"holm": holm, "bh": benjamini_hochberg, "none": lambda p: list(p)}
+
+
+def decide(
+    ratio: float | None, ci_low, ci_high, p_adjusted, higher_better: bool, alpha: float, min_effect: float
+) -> str:
+    """The verdict of one gated test from its multiplicity-adjusted p (and its interval, which must exclude 1)."""
+    if ratio is None or p_adjusted is None:
+        return "insufficient data"
+    inside = ci_low is not None and ci_high is not None and ci_low <= 1.0 <= ci_high
+    return _verdict(ratio, p_adjusted < alpha and not inside, higher_better, min_effect)

@@ -132,6 +132,11 @@ RAW_SCHEMA = pa.schema(
 
 def check_version(data: dict, path: Path) -> dict:
     version = data.get("schema_version")
+    if isinstance(version, int) and version < SCHEMA_VERSION:
+        raise BenchError(
+            f"{path}: results schema version {version}, this bench reads {SCHEMA_VERSION}: upgrade the directory with "
+            "`bench migrate DIR` (in place; measurements are kept as they are)"
+        )
     if version != SCHEMA_VERSION:
         raise BenchError(
             f"{path}: results schema version {version!r}, this bench reads {SCHEMA_VERSION}; "

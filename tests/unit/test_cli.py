@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-COMMANDS = {"patch", "sweep", "load", "profile", "report", "compare", "ab", "models"}
+COMMANDS = {"patch", "sweep", "load", "profile", "report", "compare", "ab", "models", "migrate"}
 
 
 def test_help_lists_every_subcommand():

@@ -9,6 +9,7 @@ from scipy.stats import mannwhitneyu
 
 from bench.cli import main
 from bench.compare import compare_dirs, compare_markdown, regressions
+from bench.errors import ExitCode
 from bench.stats import (
     CPU_AA_BETWEEN_CV,
     compare_servers,
@@ -103,8 +104,9 @@ def test_three_starts_a_side_cannot_reach_alpha_and_says_so(tmp_path, rng):
     cand = write_side(tmp_path / "b", [[500.0]] * 3, 20.0, rng)  # halved: still no verdict possible at n=3
     t = compare_dirs(base, cand)["table"].set_index("metric")
     assert set(t.verdict) == {"insufficient data"} and t.loc["output_throughput", "ratio"] == 0.5
-    assert "insufficient data (needs 4 server starts a side, has 3/3)" in compare_markdown(compare_dirs(base, cand))
-    assert main(["compare", str(base), str(cand)]) == 0  # no verdict is not a regression
+    # 2 gated tests (Holm: the smallest p must reach 0.025): 4 starts a side give at best 2/70 = 0.029
+    assert "insufficient data (needs 5 server starts a side, has 3/3)" in compare_markdown(compare_dirs(base, cand))
+    assert main(["compare", str(base), str(cand)]) == ExitCode.INCONCLUSIVE  # no verdict: neither pass nor fail
 
 
 def test_trials_of_one_server_are_not_independent(tmp_path, rng):
@@ -184,6 +186,7 @@ def test_ab_refuses_a_design_that_cannot_reach_alpha_before_running(tmp_path, ca
     out = tmp_path / "ab"
     args = ["ab", "tiny", "--baseline", sys.executable, "--candidate", sys.executable, "--out", str(out)]
     assert main([*args, "--rounds", "3"]) == 1
-    assert "cannot reach p < 0.05" in capsys.readouterr().err and not out.exists()
+    err = capsys.readouterr().err
+    assert "cannot reach p < 0.013 (4 gated tests, holm: each at p < 0.013)" in err and not out.exists()
     ok, text = plan_design(5, 0.05, CPU_AA_BETWEEN_CV)
     assert ok and "cannot detect a 5% change: that needs 26 starts a side" in text

@@ -134,16 +134,16 @@ def ab_on_ray(monkeypatch, tmp_path):
         return 0
 
     monkeypatch.setattr(ab, "_run", fake_run)
-    monkeypatch.setattr(compare, "compare_dirs", lambda a, b, alpha: {"dirs": (a, b)})
+    monkeypatch.setattr(compare, "compare_dirs", lambda a, b, **_: {"dirs": (a, b)})
     monkeypatch.setattr(compare, "compare_markdown", lambda result: "# compare\n")
-    monkeypatch.setattr(compare, "regressions", lambda result: [])
+    monkeypatch.setattr(compare, "outcome", lambda result: (0, "no regression"))
     return calls, tmp_path / "ab"
 
 
 def test_ab_on_ray_runs_each_rounds_second_side_on_the_first_sides_nodes_and_tables_them(ab_on_ray, capsys):
     calls, out = ab_on_ray
     env = ab.Env("/envs/side/bin/python", None)
-    assert ab.run_ab("tiny", env, env, rounds=4, out=out, ray="10.0.0.1:6379") == 0
+    assert ab.run_ab("tiny", env, env, rounds=4, out=out, ray="10.0.0.1:6379", correction="none") == 0
     sweeps = [c for c in calls if c[0] == "sweep"]
     assert len(sweeps) == 8 and all(c[c.index("--ray") + 1] == "10.0.0.1:6379" for c in sweeps)
     pins = [
@@ -173,7 +173,9 @@ def test_ab_on_ray_refuses_a_patch_suffix_and_a_side_that_ran_another_python(ab_
     calls, out = ab_on_ray
     env = ab.Env("/envs/side/bin/python", None)
     with pytest.raises(BenchError, match="sets the patch state of this machine's vLLM only"):
-        ab.run_ab("tiny", ab.Env("/envs/a/bin/python", "patched"), env, rounds=4, out=out, ray="auto")
+        ab.run_ab(
+            "tiny", ab.Env("/envs/a/bin/python", "patched"), env, rounds=4, out=out, ray="auto", correction="none"
+        )
     assert calls == [], "refused before anything ran"
     write_ledger(out / "baseline" / "round-0", "n-w1", ran="/usr/bin/python3")
     with pytest.raises(BenchError, match=r"baseline round 0 did not run its environment .*/usr/bin/python3 on w1/n-w1"):

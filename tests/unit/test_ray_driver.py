@@ -18,7 +18,7 @@ from bench.hardware import Machine
 from bench.plan import make_plan
 from bench.profile import parse_profile
 from bench.progress import Progress, base_record
-from bench.store import SweepStore
+from bench.store import SCHEMA_VERSION, SweepStore
 
 
 class Lost(Exception):
@@ -86,7 +86,12 @@ class FakeRay:
 def events_ok(task, node):
     out = [{"event": "node", "node_id": node, "host": node}, {"event": "phase", "phase": "loading", "point": None}]
     for i, point in enumerate(task.points, 1):
-        record = {"schema_version": 1, **base_record(point), "status": "ok", "raw": f"raw/{point.id}.parquet"}
+        record = {
+            "schema_version": SCHEMA_VERSION,
+            **base_record(point),
+            "status": "ok",
+            "raw": f"raw/{point.id}.parquet",
+        }
         out.append({"event": "phase", "phase": "running", "point": point.id, "index": i})
         files = [(f"raw/{point.id}.parquet", b"rows"), (f"points/{point.id}.json", json.dumps(record).encode())]
         out.append({"event": "point", "point": point.id, "status": "ok", "files": files, "appends": []})

@@ -1,0 +1,84 @@
+"""The PR gate's outcomes (docs/verdicts.md): regression (4), no regression larger than the detectable effect (0),
+inconclusive (6) when the data cannot rule one out; the multiplicity adjustments over the gated tests; the per-test
+level a design must reach. Results directories are synthetic: one value per server start (tests/unit/test_compare.py
+writes them)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.compare import compare_dirs, compare_markdown, outcome
+from bench.errors import ExitCode
+from bench.stats import benjamini_hochberg, holm, per_test_alpha, plan_design, starts_needed
+from tests.unit.test_compare import write_start
+
+
+def side(root, means, tpot_ms, rng, points=("p1",)):
+    for r, m in enumerate(means):
+        for pid in points:
+            write_start(root / f"round-{r}", [m], tpot_ms, rng, point_id=pid)
+    return root
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(7)
+
+
+def test_holm_and_bh_against_hand_computed_values():
+    p = [0.01, 0.04, 0.03, 0.005, None]
+    assert holm(p) == pytest.approx([0.03, 0.06, 0.06, 0.02, None])
+    assert benjamini_hochberg(p) == pytest.approx([0.02, 0.04, 0.04, 0.02, None])
+    assert holm([0.5]) == [0.5] and holm([]) == []
+    assert holm([0.3, 0.4]) == pytest.approx([0.6, 0.6]), "monotone: a larger p never gets a smaller adjusted p"
+
+
+def test_the_per_test_level_grows_the_starts_a_design_needs():
+    assert per_test_alpha(0.05, 40, "holm") == pytest.approx(0.00125)
+    assert per_test_alpha(0.05, 40, "none") == 0.05
+    assert starts_needed(0.05) == 4 and starts_needed(0.00125) == 7
+    ok, text = plan_design(5, 0.05, 0.063, tests=40)
+    assert not ok and "use at least 7" in text
+    ok, text = plan_design(7, 0.05, 0.063, tests=40)
+    assert ok and "40 gated tests, holm" in text
+
+
+def test_a_clear_regression_fails_the_gate(tmp_path, rng):
+    base = side(tmp_path / "a", rng.normal(1000, 10, 6), 10.0, rng)
+    cand = side(tmp_path / "b", rng.normal(800, 8, 6), 12.5, rng)
+    result = compare_dirs(base, cand)
+    code, line = outcome(result)
+    assert code == ExitCode.GATE_FAILED and line.startswith("regression")
+    gated = result["table"][result["table"].metric.isin(["output_throughput", "tpot_ms"])]
+    assert set(gated.verdict) == {"slower"}
+    assert (gated.p_adjusted >= gated.p_value).all(), "Holm never lowers a p"
+
+
+def test_a_quiet_aa_passes_with_its_detectable_effect_stated(tmp_path, rng):
+    base = side(tmp_path / "a", rng.normal(1000, 3, 6), 10.0, rng)
+    cand = side(tmp_path / "b", rng.normal(1000, 3, 6), 10.0, rng)
+    code, line = outcome(compare_dirs(base, cand))
+    assert code == ExitCode.OK and line.startswith("no regression larger than")
+
+
+def test_a_noisy_aa_is_inconclusive_not_a_pass(tmp_path, rng):
+    base = side(tmp_path / "a", rng.normal(1000, 150, 6), 10.0, rng)
+    cand = side(tmp_path / "b", rng.normal(1000, 150, 6), 10.0, rng)
+    result = compare_dirs(base, cand)
+    code, line = outcome(result)
+    assert code == ExitCode.INCONCLUSIVE and "exceeds --max-effect 5%" in line
+    assert "Outcome: inconclusive" in compare_markdown(result)
+    assert outcome(compare_dirs(base, cand, max_effect=0.9))[0] == ExitCode.OK, "a looser bound the data meets"
+
+
+def test_too_few_starts_for_the_family_is_inconclusive(tmp_path, rng):
+    """5 starts reach p < 0.05 alone (at best 2/252 = 0.008), but not 0.05 / 8 over four points' eight gated tests."""
+    points = ("p1", "p2", "p3", "p4")
+    base = side(tmp_path / "a", rng.normal(1000, 3, 5), 10.0, rng, points)
+    cand = side(tmp_path / "b", rng.normal(700, 3, 5), 14.0, rng, points)
+    result = compare_dirs(base, cand)
+    assert result["gated_tests"] == 8 and result["per_test_alpha"] == pytest.approx(0.05 / 8)
+    code, line = outcome(result)
+    assert code == ExitCode.INCONCLUSIVE and "too few server starts (needs 6 a side)" in line
+    assert outcome(compare_dirs(base, cand, correction="none"))[0] == ExitCode.GATE_FAILED, "unadjusted: it would gate"
