@@ -21,7 +21,7 @@ from bench.report.build import build_report
 from tests.helpers.stored_models import with_stored_models
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "reports" / "examples" / "tiny-gpu-h200"
+EXAMPLE = REPO / "tests" / "data" / "results" / "tiny-gpu-h200"
 CHROMIUM = (
     shutil.which("chromium")
     or shutil.which("chromium-browser")

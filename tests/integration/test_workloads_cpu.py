@@ -7,7 +7,8 @@ the model's own first answer, the measured inter-arrival times against the asked
 match those of the committed sweep of the same profile (reports/examples/tiny-text-cpu, whose server did report
 per-request acceptance): the same points, fields, token counts and, for greedy workloads, the same verify steps
 per category from the two sources. The tiny model's zero final norm makes greedy acceptance 100% by construction.
-If the profile changes, rerun the example: `bench sweep profiles/tiny-text.toml --out reports/examples/tiny-text-cpu`.
+If the profile changes, rerun the example (`bench sweep profiles/tiny-text.toml --out reports/examples/tiny-text-cpu`) and
+copy it, without report/, to tests/data/results/tiny-text-cpu.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from bench.workloads import load_dataset, parse_source
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "profiles" / "tiny-text.toml"
-EXAMPLE = REPO / "reports" / "examples" / "tiny-text-cpu"
+EXAMPLE = REPO / "tests" / "data" / "results" / "tiny-text-cpu"  # a copy of reports/examples/tiny-text-cpu
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from bench.report.markdown import md_table, summary_markdown
 from bench.report.tables import points_table, provenance
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "reports" / "examples" / "tiny-gpu-h200"
+EXAMPLE = REPO / "tests" / "data" / "results" / "tiny-gpu-h200"  # a copy of reports/examples/tiny-gpu-h200
 
 
 def test_summary_of_committed_h200_results_matches_golden(tmp_path):
@@ -27,12 +27,14 @@ COMMITTED = sorted(p.parents[1] for p in (REPO / "reports" / "examples").glob("*
 
 
 def test_committed_examples_are_found():
-    assert len(COMMITTED) >= 5 and EXAMPLE in COMMITTED
+    assert COMMITTED, "the examples under reports/examples carry their report/summary.md"
 
 
 @pytest.mark.parametrize("sweep_dir", COMMITTED, ids=lambda p: str(p.relative_to(REPO / "reports" / "examples")))
 def test_summary_of_every_committed_example_is_byte_identical(sweep_dir):
-    """summary.md rebuilt from the results directory is, byte for byte, the one committed next to it."""
+    """summary.md rebuilt from the results directory is, byte for byte, the one committed next to it: an example
+    is documentation that must stay what the code makes of its records (it is not a fixture: no count of its points
+    is asserted anywhere)."""
     rebuilt = summary_markdown(points_table(sweep_dir), provenance(sweep_dir)).encode()
     assert rebuilt == (sweep_dir / "report" / "summary.md").read_bytes()
 

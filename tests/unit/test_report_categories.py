@@ -15,8 +15,8 @@ from bench.report.markdown import summary_markdown
 from bench.report.tables import points_table, provenance
 
 REPO = Path(__file__).resolve().parents[2]
-TEXT = REPO / "reports" / "examples" / "tiny-text-cpu"
-RANDOM = REPO / "reports" / "examples" / "tiny-gpu-h200"
+TEXT = REPO / "tests" / "data" / "results" / "tiny-text-cpu"  # copies of the examples of these names
+RANDOM = REPO / "tests" / "data" / "results" / "tiny-gpu-h200"
 
 
 def test_category_table_has_a_row_per_point_and_category():

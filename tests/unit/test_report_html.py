@@ -23,8 +23,8 @@ from bench.store import SweepStore
 from tests.helpers.stored_models import with_stored_models, write_tiny_gpu_configs
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "reports" / "examples" / "tiny-gpu-h200"
-BLOCK64 = REPO / "reports" / "examples" / "tiny-block64-gpu-h200"
+EXAMPLE = REPO / "tests" / "data" / "results" / "tiny-gpu-h200"  # a copy of reports/examples/tiny-gpu-h200
+BLOCK64 = REPO / "tests" / "data" / "results" / "tiny-block64-gpu-h200"
 SECTIONS = [
     "results",
     "throughput",

@@ -16,7 +16,7 @@ from bench.report import analysis as A
 from bench.store import SweepStore
 
 REPO = Path(__file__).resolve().parents[2]
-RESULTS = REPO / "reports" / "examples" / "kimi-rank-h200" / "results"
+RESULTS = REPO / "tests" / "data" / "results" / "kimi-rank-h200"  # a copy of reports/examples/kimi-rank-h200/results
 GOLDEN = REPO / "tests" / "data" / "golden" / "kimi-rank-h200"
 SPEC = K.RankSpec(tp=8, layers=61, experts="int4")
 

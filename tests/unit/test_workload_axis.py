@@ -30,10 +30,10 @@ def plan_of(workloads: dict | None, source: str = str(REPO / "profiles" / "w.tom
     return make_plan(parse_profile(data, "cpu", source), Machine("cpu"))
 
 
-@pytest.mark.parametrize("example", ["tiny-gpu-h200", "tiny-block64-gpu-h200", "cpu-ab-a-a/baseline/round-0"])
+@pytest.mark.parametrize("example", ["tiny-gpu-h200", "tiny-block64-gpu-h200", "cpu-ab-a-a-round-0"])
 def test_profiles_without_workloads_keep_their_point_ids(example):
     """No [workloads]: the random workload at axes.shapes, and the same point ids as the committed results."""
-    manifest = json.loads((REPO / "reports" / "examples" / example / "manifest.json").read_text())
+    manifest = json.loads((REPO / "tests" / "data" / "results" / example / "manifest.json").read_text())
     machine = manifest["machine_planned_for"]
     variants = parse_profile_variants(tomllib.loads(manifest["profile_text"]), manifest["profile"]["source"])
     plan = make_plan(variants[machine["platform"]], Machine(**machine))
