@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from bench.errors import BenchError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # what changed from 1: bench/migrate.py
 MANIFEST = "manifest.json"
 
 

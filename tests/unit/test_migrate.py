@@ -1,0 +1,54 @@
+"""`bench migrate`: a results directory of schema 1 (tests/data/results-v1: a real H200 sweep of the tiny model,
+written before the steady window, with failed points and their server logs) is refused with the way out, upgraded
+in place, and rebuilds the report the older bench built, byte for byte."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from bench.errors import BenchError
+from bench.migrate import migrate
+from bench.report.build import build_report
+from bench.store import SCHEMA_VERSION, SweepStore
+
+V1 = Path(__file__).resolve().parents[1] / "data" / "results-v1"
+
+
+@pytest.fixture
+def v1(tmp_path) -> Path:
+    root = tmp_path / "results"
+    shutil.copytree(V1, root, ignore=shutil.ignore_patterns("report"))
+    return root
+
+
+def test_an_old_directory_is_refused_with_the_command_that_upgrades_it(v1):
+    with pytest.raises(BenchError, match="bench migrate"):
+        SweepStore(v1).points()
+
+
+def test_migrate_upgrades_in_place_and_the_report_is_unchanged(v1, tmp_path):
+    steps = migrate(v1)
+    assert [(s["from"], s["to"]) for s in steps] == [(1, SCHEMA_VERSION)]
+    assert steps[0]["changed"]["metrics.window"] == 6, "the 6 ok points' headlines were the whole window"
+    store = SweepStore(v1)
+    points = store.points()
+    ok = [p for p in points.values() if p["status"] == "ok"]
+    assert all(p["metrics"]["window"] == "whole" and p["metrics"]["whole"] for p in ok)
+    assert all(p["cache"] == {} and p["contamination"] == [] and p["flags"] == [] for p in ok)
+    assert json.loads((v1 / "manifest.json").read_text())["migrations"][0]["to"] == SCHEMA_VERSION
+    out = build_report(v1, tmp_path / "report")
+    assert Path(out["summary"]).read_text() == (V1 / "report" / "summary.md").read_text()
+    assert migrate(v1) == [], "idempotent"
+
+
+def test_the_cli_migrates_and_says_what_changed(v1, capsys):
+    assert main(["migrate", str(v1)]) == 0
+    assert "1 -> 2" in capsys.readouterr().out
+    assert main(["migrate", str(v1)]) == 0
+    assert "already current" in capsys.readouterr().out
+    assert main(["migrate", str(v1.parent / "nothing")]) != 0
