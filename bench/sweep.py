@@ -218,6 +218,8 @@ def _write_manifest(store: SweepStore, plan: Plan, options: SweepOptions, resume
         manifest["created"] = old["created"]
         manifest["resumed"] = old.get("resumed", []) + [now()]
         manifest["prompt_salt"] = old.get("prompt_salt") or manifest["prompt_salt"]
+        if old.get("migrations"):  # bench migrate's steps (bench/migrate.py)
+            manifest["migrations"] = old["migrations"]
     store.write_manifest(manifest)
     return manifest["prompt_salt"]
 

@@ -79,9 +79,9 @@ def scripted(monkeypatch, tmp_path):
     monkeypatch.setattr(trial.M, "scrape", lambda url, timeout=10: "vllm:spec_decode_num_drafts_total 5\n")
     plan = make_plan(parse_profile(PROFILE, "cpu", "scripted.toml"), Machine("cpu"))
 
-    def run() -> dict[str, dict]:
+    def run(**options) -> dict[str, dict]:
         """The runnable points' records by shape; the skipped (fp8) ones must be recorded as skipped."""
-        records = run_sweep(plan, tmp_path / "out", SweepOptions(quiet=True)).points()
+        records = run_sweep(plan, tmp_path / "out", SweepOptions(quiet=True, **options)).points()
         assert [records[p.id]["status"] for p in plan.skipped] == ["skipped"] * 3
         return {p.shape.label: records[p.id] for p in plan.runnable}
 
@@ -193,3 +193,23 @@ def test_recompute_derives_the_figures_from_the_raw_records_again(scripted):
         assert after[pid]["metrics"] == original["metrics"]
         assert [t["metrics"] for t in after[pid]["trials"]] == [t["metrics"] for t in original["trials"]]
         assert after[pid]["recomputed"]["at"]
+
+
+def test_a_resumed_sweep_keeps_its_prompt_salt_and_sends_the_same_prompts_again(scripted):
+    """The manifest's prompt_salt names every prompt (bench.prompts): a resumed run keeps it, so a point run again
+    sends exactly the prompts it sent the first time (reproducible), and no other point's."""
+    script, run, out = scripted
+    script["actions"] = {2: "hang"}  # the second shape's first trial hangs: the point fails
+    first = run()
+    assert first["2x8x4"]["status"] == "failed"
+    salt = SweepStore(out).manifest()["prompt_salt"]
+    sent_first = [c["prompts"] for c in script["loads"]]
+    script["actions"] = {}
+    again = run(resume=True, rerun_failed=True)
+    assert again["2x8x4"]["status"] == "ok"
+    manifest = SweepStore(out).manifest()
+    assert manifest["prompt_salt"] == salt and len(manifest["resumed"]) == 1
+    rerun = script["loads"][len(sent_first)]["prompts"]
+    assert rerun[: len(sent_first[2])] == sent_first[2], "the same point, trial and attempt: the same prompts"
+    others = [p for i, call in enumerate(sent_first) if i != 2 for p in call]
+    assert not any(p in others for p in rerun), "no prompt of another point"
