@@ -50,6 +50,7 @@ def wait_until(cond, timeout_s: float) -> bool:
     return cond()
 
 
+@pytest.mark.slow  # real process groups waited out: seconds each (the fast loop leaves it to CI)
 def test_sigkill_of_the_driver_stops_the_whole_server_group(tmp_path):
     driver = subprocess.Popen(
         [sys.executable, "-c", DRIVER, str(tmp_path), str(free_port()), FAKE_SERVER], stdout=subprocess.PIPE, text=True
@@ -95,6 +96,7 @@ def test_a_clean_stop_leaves_nothing_and_keeps_the_exit_code(tmp_path):
         crash.start(30)
 
 
+@pytest.mark.slow  # real process groups waited out: seconds each (the fast loop leaves it to CI)
 def test_resume_stops_groups_that_outlived_their_guard(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()

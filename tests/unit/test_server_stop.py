@@ -90,6 +90,7 @@ def test_a_hung_api_server_is_still_stopped_within_the_grace(tmp_path):
     assert wait_until(lambda: not processes_using(tmp_path), 5), processes_using(tmp_path)
 
 
+@pytest.mark.slow  # real process groups waited out: seconds each (the fast loop leaves it to CI)
 def test_resume_stops_what_a_killed_run_left_before_running(scripted, caplog):  # noqa: F811
     _, run, out = scripted
     run()
