@@ -33,27 +33,20 @@ class ServerAxis:
 
     name: the [axes] key and the flag (`--name-with-dashes`); kind: the value type (int, float, str or bool);
     short: how the engine label names it (`short=value`); column: the report's column header; check: None when
-    a value is fine, else why not; doc: what it is, for the dry run and the docs."""
+    a value is fine, else why not."""
 
     name: str
     kind: type
     short: str
     column: str
     check: Callable[[Any], str | None] | None = None
-    doc: str = ""
 
 
 AXES: dict[str, ServerAxis] = {
     a.name: a
     for a in (
-        ServerAxis(
-            "max_num_batched_tokens",
-            int,
-            "mbt",
-            "max batched tokens",
-            _positive,
-            "tokens one engine step may schedule (prefill chunks and decode together)",
-        ),
+        # tokens one engine step may schedule, prefill chunks and decode together
+        ServerAxis("max_num_batched_tokens", int, "mbt", "max batched tokens", _positive),
     )
 }
 
@@ -88,11 +81,6 @@ def check_values(name: str, values: Sequence[Any]) -> list[Any]:
 def label(values: Sequence[tuple[str, Any]]) -> str:
     """The engine label's part for these (name, value) pairs: `mbt=2048 enable_prefix_caching=False`."""
     return " ".join(f"{axis(k).short}={v}" for k, v in values)
-
-
-def columns(values: Sequence[tuple[str, Any]]) -> dict[str, Any]:
-    """Report columns: the axis name -> its value."""
-    return dict(values)
 
 
 def header(name: str) -> str:

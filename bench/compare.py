@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.errors import BenchError
+from bench.errors import BenchError, ExitCode
 from bench.fmt import fmt, is_missing
 from bench.metrics import request_latencies
 from bench.stats import CORRECTIONS, Comparison, compare_servers, decide, per_test_alpha
@@ -96,33 +96,28 @@ def _server_values(store: SweepStore, pid: str, rec: dict) -> dict[str, list[flo
     return values
 
 
-def compare_dirs(
-    baseline: Path,
-    candidate: Path,
+def judge(
+    points: list[tuple[str, str, list[dict[str, list[float]]], list[dict[str, list[float]]]]],
     *,
     min_effect: float = 0.02,
     alpha: float = 0.05,
     max_effect: float = 0.05,
     correction: str = "holm",
 ) -> dict:
-    """Every matched point and metric compared (bench.stats), the gated tests' p adjusted together for
-    multiplicity (`correction`: holm, bh or none) and their verdicts drawn from the adjusted p; `max_effect`: the
+    """Every metric of every (point id, label, baseline starts, candidate starts) compared (bench.stats; a start is
+    metric -> its trials' values), the gated tests at the family's per-test level, their p adjusted together for
+    multiplicity (`correction`: holm, bh or none) and their verdicts drawn from the adjusted p. `max_effect`: the
     largest change a pass may leave undetected (`outcome`)."""
-    base, cand = load_side(baseline), load_side(candidate)
-    matched = [
-        p for p in sorted(set(base) & set(cand), key=lambda p: base[p].label) if base[p].servers and cand[p].servers
-    ]
-    tests = len(matched) * len(GATED)
+    tests = len(points) * len(GATED)
     level = per_test_alpha(alpha, tests, correction)  # gated tests: intervals, detectable effect, starts needed
     rows = []
-    for pid in matched:
-        bp, cp = base[pid], cand[pid]
+    for pid, label, base, cand in points:
         for metric, higher in METRICS.items():
-            b = [s[metric] for s in bp.servers if s.get(metric)]
-            c = [s[metric] for s in cp.servers if s.get(metric)]
+            b = [s[metric] for s in base if s.get(metric)]
+            c = [s[metric] for s in cand if s.get(metric)]
             at = level if metric in GATED else alpha
             found = compare_servers(b, c, higher, min_effect=min_effect, alpha=at)
-            rows.append({"point_id": pid, "label": bp.label, "metric": metric, **dataclasses.asdict(found)})
+            rows.append({"point_id": pid, "label": label, "metric": metric, **dataclasses.asdict(found)})
     family = [i for i, row in enumerate(rows) if row["metric"] in GATED and row["p_value"] is not None]
     adjusted = CORRECTIONS[correction]([rows[i]["p_value"] for i in family])
     for row in rows:
@@ -142,12 +137,26 @@ def compare_dirs(
         "max_effect": max_effect,
         "gated_tests": tests,
         "per_test_alpha": level,
+        "min_effect": min_effect,
+        "alpha": alpha,
+        "failures": failures({}, {}),
+    }
+
+
+def compare_dirs(baseline: Path, candidate: Path, **options) -> dict:
+    """`judge` over the points both sides ran ok (`options`: its keyword arguments), with what failed or is
+    missing in the candidate and the throughput decomposition."""
+    base, cand = load_side(baseline), load_side(candidate)
+    matched = [
+        p for p in sorted(set(base) & set(cand), key=lambda p: base[p].label) if base[p].servers and cand[p].servers
+    ]
+    result = judge([(p, base[p].label, base[p].servers, cand[p].servers) for p in matched], **options)
+    return {
+        **result,
         "failures": failures(base, cand),
         "only_baseline": sorted(base[p].label for p in set(base) - set(cand) if not base[p].skipped),
         "only_candidate": sorted(cand[p].label for p in set(cand) - set(base) if not cand[p].skipped),
-        "decomposition": decompose(table),
-        "min_effect": min_effect,
-        "alpha": alpha,
+        "decomposition": decompose(result["table"]),
         "baseline": str(baseline),
         "candidate": str(candidate),
     }
@@ -220,8 +229,6 @@ def outcome(result: dict, gated=GATED) -> tuple[int, str]:
     inconclusive (6) when a gated metric could not be judged (too few server starts) or could have hidden a change
     larger than `max_effect` (its detectable effect is larger, or unknown); else 0: no regression larger than
     the stated detectable effect."""
-    from bench.errors import ExitCode
-
     bad = regressions(result, gated)
     if len(bad):
         return ExitCode.GATE_FAILED, f"regression: {len(bad)} gated metric(s) slower, or points failed or missing"

@@ -23,7 +23,7 @@ from bench.progress import now
 from bench.store import MANIFEST, SCHEMA_VERSION, SweepStore, atomic_write_json
 
 
-def _point_v1_to_v2(record: dict, store: SweepStore) -> list[str]:
+def _point_v1_to_v2(record: dict) -> list[str]:
     """What changes in one point record (names of the keys set)."""
     done = []
     metrics = record.get("metrics")
@@ -49,7 +49,7 @@ def _v1_to_v2(store: SweepStore) -> dict[str, int]:
     counts: dict[str, int] = {}
     for path in sorted((store.root / "points").glob("*.json")):
         record = json.loads(path.read_text())
-        for key in _point_v1_to_v2(record, store):
+        for key in _point_v1_to_v2(record):
             counts[key] = counts.get(key, 0) + 1
         record["schema_version"] = 2
         atomic_write_json(path, record)

@@ -120,9 +120,8 @@ def compare_servers(
     out = replace(out, mde=min_detectable_effect(sd_b, sd_c, len(b), len(c), mb, alpha))
     if sd_b == 0 and sd_c == 0:  # every start gave the same value on each side (e.g. exact acceptance)
         p = 1.0 if mb == mc else 0.0
-        return replace(
-            out, ci_low=ratio, ci_high=ratio, p_value=p, verdict=_verdict(ratio, p < alpha, higher_better, min_effect)
-        )
+        verdict = decide(ratio, ratio, ratio, p, higher_better, alpha, min_effect)
+        return replace(out, ci_low=ratio, ci_high=ratio, p_value=p, verdict=verdict)
     ci = stats.bootstrap(
         (b, c),
         _ratio_of_means,
@@ -143,9 +142,8 @@ def compare_servers(
         rng=np.random.default_rng(seed),
     )
     lo, hi, p = float(ci.confidence_interval.low), float(ci.confidence_interval.high), float(perm.pvalue)
-    significant = p < alpha and not (lo <= 1.0 <= hi)
     return replace(
-        out, ci_low=lo, ci_high=hi, p_value=p, verdict=_verdict(ratio, significant, higher_better, min_effect)
+        out, ci_low=lo, ci_high=hi, p_value=p, verdict=decide(ratio, lo, hi, p, higher_better, alpha, min_effect)
     )
 
 
@@ -228,7 +226,8 @@ CORRECTIONS = {"holm": holm, "bh": benjamini_hochberg, "none": lambda p: list(p)
 def decide(
     ratio: float | None, ci_low, ci_high, p_adjusted, higher_better: bool, alpha: float, min_effect: float
 ) -> str:
-    """The verdict of one gated test from its multiplicity-adjusted p (and its interval, which must exclude 1)."""
+    """A test's verdict from its p (a gated test's: the multiplicity-adjusted one) and its interval, which must
+    exclude 1."""
     if ratio is None or p_adjusted is None:
         return "insufficient data"
     inside = ci_low is not None and ci_high is not None and ci_low <= 1.0 <= ci_high

@@ -108,21 +108,33 @@ def request_tpots(rows: Sequence[dict], span: Span) -> list[float]:
     return out
 
 
-def stalls(rows: Sequence[dict], span: Span, step_p50_ms: float | None) -> dict:
-    """The gaps inside the span in which no request got a token for more than STALL_FACTOR x the step p50: how
-    many, their share of the span, their p50 and longest (ms)."""
-    out: dict = {"threshold_ms": None, "count": 0, "share": None, "p50_ms": None, "max_ms": None}
-    if not step_p50_ms or span.length <= 0:
-        return out
+def stall_gaps(rows: Sequence[dict], span: Span, threshold_ms: float) -> np.ndarray:
+    """The gaps (ms) inside the span in which no request got a token for longer than `threshold_ms`."""
     times = np.sort(np.fromiter((t for ts, _ in _chunks(rows) for t in ts if span.start <= t <= span.end), float))
     gaps = np.diff(np.concatenate(([span.start], times, [span.end]))) * 1e3
-    long = gaps[gaps > STALL_FACTOR * step_p50_ms]
-    out.update(
-        threshold_ms=STALL_FACTOR * step_p50_ms, count=int(long.size), share=float(long.sum() / 1e3 / span.length)
-    )
-    if long.size:
-        out.update(p50_ms=float(np.median(long)), max_ms=float(long.max()))
-    return out
+    return gaps[gaps > threshold_ms]
+
+
+def _stall_summary(spans: Sequence[tuple[Sequence[dict], Span]], step_p50_ms: float | None) -> dict:
+    """Stalls (gaps of no token longer than STALL_FACTOR x the step p50) over these (rows, span) pairs together:
+    how many, their share of the spans' time, their p50 and longest (ms)."""
+    length = sum(span.length for _, span in spans)
+    if not step_p50_ms or length <= 0:
+        return {"threshold_ms": None, "count": 0, "share": None, "p50_ms": None, "max_ms": None}
+    threshold = STALL_FACTOR * step_p50_ms
+    gaps = np.concatenate([stall_gaps(rows, span, threshold) for rows, span in spans])
+    return {
+        "threshold_ms": threshold,
+        "count": int(gaps.size),
+        "share": float(gaps.sum() / 1e3 / length),
+        "p50_ms": float(np.median(gaps)) if gaps.size else None,
+        "max_ms": float(gaps.max()) if gaps.size else None,
+    }
+
+
+def stalls(rows: Sequence[dict], span: Span, step_p50_ms: float | None) -> dict:
+    """The stalls of one span (see _stall_summary)."""
+    return _stall_summary([(rows, span)], step_p50_ms)
 
 
 def cycle_edges(ends: Sequence[float], start: float, end: float, concurrency: int) -> list[float]:
@@ -226,14 +238,6 @@ def steady(trials: Sequence[Sequence[dict]], concurrency: int) -> dict | None:
     length = sum(s.length for s in spans)
     tpot = distribution(tpots)
     step = distribution(steps)
-    per_span = [stalls(rows, span, step["p50"]) for rows, span in zip(measured, spans)]
-    stalled = {
-        "threshold_ms": per_span[0]["threshold_ms"],
-        "count": sum(p["count"] for p in per_span),
-        "share": sum((p["share"] or 0) * s.length for p, s in zip(per_span, spans)) / length if length else None,
-        "p50_ms": max((p["p50_ms"] for p in per_span if p["p50_ms"] is not None), default=None),
-        "max_ms": max((p["max_ms"] for p in per_span if p["max_ms"] is not None), default=None),
-    }
     return {
         "spans": [[s.start, s.end] for s in spans],
         "span_s": length,
@@ -242,7 +246,7 @@ def steady(trials: Sequence[Sequence[dict]], concurrency: int) -> dict | None:
         "per_user_output_throughput": 1e3 / tpot["mean"] if tpot["mean"] else None,
         "tpot_ms": tpot,
         "step_ms": step,
-        "stalls": stalled,
+        "stalls": _stall_summary(list(zip(measured, spans)), step["p50"]),
         "itl_ms": distribution(itls),
         "ttft_ms": distribution(ttfts),
         "precision": precision(windows),

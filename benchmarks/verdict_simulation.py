@@ -1,8 +1,8 @@
 """Benchmark: how often the PR gate of `bench compare` / `bench ab` fails an A/A, and how often it catches a real
-regression of the size `ab` says it can detect, simulated with the suite's own functions (bench.stats
-compare_servers, the multiplicity adjustment, bench.compare's verdict rule). Nothing here is measured on vLLM: each
-server start's value is drawn from a normal distribution with the stated between-start CV (the server start is the
-unit, docs/verdicts.md), trials averaged inside it.
+regression of the size `ab` says it can detect, simulated through the suite's own gate (bench.compare's judge and
+outcome: the tests, the multiplicity adjustment, the verdicts, the exit code). Nothing here is measured on vLLM:
+each server start's value is drawn from a normal distribution with the stated between-start CV (the server start
+is the unit, docs/verdicts.md).
 
 Default design: 20 points x 2 gated metrics (output tok/s, TPOT), 7 server starts a side (the fewest at which 40
 Holm-adjusted tests can reach p < 0.05), between-start CV 6.3%.
@@ -22,7 +22,9 @@ import math
 
 import numpy as np
 
-from bench.stats import CORRECTIONS, compare_servers, decide, min_detectable_effect, per_test_alpha
+from bench.compare import GATED, judge, outcome
+from bench.errors import ExitCode
+from bench.stats import CORRECTIONS, min_detectable_effect, per_test_alpha
 
 ALPHA, MIN_EFFECT = 0.05, 0.02
 
@@ -38,31 +40,27 @@ def wilson(k: int, n: int) -> list[float]:
 
 
 def one_comparison(rng, points: int, starts: int, cv: float, effect: float, correction: str, max_effect: float):
-    """(gate failed, inconclusive, the changed point's tests both caught) for one simulated comparison: point 0's
-    throughput lower and TPOT higher by `effect`, every other point unchanged."""
-    tests = points * 2
-    level = per_test_alpha(ALPHA, tests, correction)
-    rows = []
-    for p in range(points):
-        for higher in (True, False):  # output tok/s (higher is better), then TPOT
-            shift = effect if p == 0 else 0.0
-            mean_c = (1 - shift) if higher else (1 + shift)
-            b = [[v] for v in rng.normal(1.0, cv, starts)]
-            c = [[v] for v in rng.normal(mean_c, cv * mean_c, starts)]
-            r = compare_servers(b, c, higher, min_effect=MIN_EFFECT, alpha=level, seed=int(rng.integers(1 << 30)))
-            rows.append((p, higher, r))
-    adjusted = CORRECTIONS[correction]([r.p_value for _, _, r in rows])
-    verdicts = [
-        decide(r.ratio, r.ci_low, r.ci_high, pa, higher, ALPHA, MIN_EFFECT) if r.p_value is not None else r.verdict
-        for (_, higher, r), pa in zip(rows, adjusted)
+    """(exit code of the gate, the changed point's two tests both `slower`) for one simulated comparison through
+    bench.compare's own judge and outcome: point 0's throughput lower and TPOT higher by `effect`, every other
+    point unchanged. Each start is one trial, drawn at the between-start CV."""
+
+    def starts_of(scale_tp: float, scale_tpot: float) -> list[dict[str, list[float]]]:
+        return [
+            {"output_throughput": [tp], "tpot_ms": [tpot]}
+            for tp, tpot in zip(
+                rng.normal(scale_tp, cv * scale_tp, starts), rng.normal(scale_tpot, cv * scale_tpot, starts)
+            )
+        ]
+
+    compared = [
+        (f"p{p}", f"p{p}", starts_of(1.0, 1.0), starts_of(1 - effect, 1 + effect) if p == 0 else starts_of(1.0, 1.0))
+        for p in range(points)
     ]
-    failed = any(v == "slower" for v in verdicts)
-    blind = any(
-        v == "insufficient data" or (v == "no change" and not (r.mde is not None and r.mde <= max_effect))
-        for (_, _, r), v in zip(rows, verdicts)
-    )
-    caught = all(v == "slower" for (p, _, _), v in zip(rows, verdicts) if p == 0)
-    return failed, (not failed) and blind, caught
+    result = judge(compared, alpha=ALPHA, min_effect=MIN_EFFECT, max_effect=max_effect, correction=correction)
+    code, _ = outcome(result)
+    t = result["table"]
+    changed = t[(t.point_id == "p0") & t.metric.isin(GATED)]
+    return int(code), bool((changed.verdict == "slower").all())
 
 
 def main() -> None:
@@ -86,8 +84,9 @@ def main() -> None:
         one_comparison(rng, args.points, args.starts, args.cv, mde, args.correction, args.max_effect)
         for _ in range(args.sims)
     ]
-    k_fail, k_inc = sum(f for f, _, _ in aa), sum(i for _, i, _ in aa)
-    k_caught, k_gate = sum(c for _, _, c in ab), sum(f for f, _, _ in ab)
+    k_fail = sum(code == ExitCode.GATE_FAILED for code, _ in aa)
+    k_inc = sum(code == ExitCode.INCONCLUSIVE for code, _ in aa)
+    k_gate, k_caught = sum(code == ExitCode.GATE_FAILED for code, _ in ab), sum(c for _, c in ab)
     print(
         json.dumps(
             {
