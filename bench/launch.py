@@ -9,11 +9,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bench import dcp_emulation, kimi_rank
-from bench.profiling import dcp_loopback
 from bench.effective import store_model_configs
 from bench.metrics import REQUEST_SPEC_NOTE, request_spec_args
 from bench.models import SPECIAL_TOKENS, VOCAB_SIZE, cache_folder, write_tiny_models
 from bench.plan import EngineConfig, Plan, Point
+from bench.profiling import dcp_loopback
 from bench.prompt_vocab import prompt_vocab
 from bench.server import ServerSpec, free_port, server_argv, server_env
 from bench.store import SweepStore

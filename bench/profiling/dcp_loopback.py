@@ -185,9 +185,8 @@ def install(n: int) -> None:
     if _INSTALLED:
         return
     from vllm.config import parallel as parallel_cfg
-    from vllm.distributed import parallel_state as state
-
     from vllm.config import vllm as vllm_cfg
+    from vllm.distributed import parallel_state as state
 
     for cls, relax in ((parallel_cfg.ParallelConfig, relaxed_parallel_init), (vllm_cfg.VllmConfig, relaxed_vllm_init)):
         if not getattr(cls.__init__, MARK, False):
