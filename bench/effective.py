@@ -34,6 +34,7 @@ ROLES = ("target", "draft")
 _BACKEND_RE = re.compile(r"Using (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]+) (?:attention )?backend")
 _CUDAGRAPH_RE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)")
 _DCP_RE = re.compile(r"decode_context_parallel_size=(\d+)")
+_KV_TOKENS_RE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")  # under DCP N: the group's tokens, N x local
 _KV_RE = re.compile(r"kv_cache_dtype=(\w+)")
 # vLLM lowers the whole engine's CUDA graph mode when one backend cannot take it with spec decode (seen on vLLM
 # 0.26.0: a TRITON_MLA draft takes a Kimi K2.6 rank's target from FULL_AND_PIECEWISE to PIECEWISE, 3-5x slower,
@@ -45,7 +46,7 @@ _CUDAGRAPH_DOWNGRADE_RE = re.compile(
 _LAYER_FIELDS = ("backend", "backend_class", "impl_class", "kv_cache_dtype", "kv_spec_dtype", "block_size")
 _RECORD_FIELDS = (
     *("runner", "runner_class", "vllm_version", "cudagraph_mode", "dcp_world_size", "model_dtype"),
-    *("draft_model_dtype", "speculative_method", "num_speculative_tokens"),
+    *("draft_model_dtype", "speculative_method", "num_speculative_tokens", "dcp_loopback"),
 )
 
 
@@ -156,6 +157,7 @@ def _from_log(log_text: str, metric_samples) -> dict:
         "cudagraph_downgrade": _downgrade(log_text),
         "dcp_size": int(dcp) if dcp else None,
         "block_size": int(cache_info["block_size"]) if cache_info.get("block_size", "").isdigit() else None,
+        "kv_cache_tokens": int(kv.replace(",", "")) if (kv := first(_KV_TOKENS_RE)) else None,
     }
 
 

@@ -1,7 +1,9 @@
 """Recompute the figures of a results directory from its raw records with the installed bench's metric code
 (`bench report DIR --recompute`): each measured point's headline `metrics` and every trial's, from the point's
 raw rows (bench.store), nothing else. What a record says about how the load ran (trials[].load), its counters,
-cache, contamination and flags are measurements, not figures derived from the rows, and stay as they are.
+cache, contamination and flags are measurements, not figures derived from the rows, and stay as they are. The
+effective configuration is read again from the kept server log and engine records (a field the reader learned
+since is filled in).
 
 Used when the method of deriving a figure changes (e.g. the precision's sub-windows), so that a committed example
 and a new run are computed alike; the record says when and by which bench it was recomputed (`recomputed`).
@@ -12,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench import metrics as M
+from bench.effective import load_records, mismatches, read_effective
 from bench.environment import suite_git
 from bench.progress import now
 from bench.store import SweepStore
@@ -39,7 +42,25 @@ def recompute(root: Path) -> list[str]:
         for trial in record.get("trials") or []:
             mine = [r for r in rows if r.get("trial") == trial.get("trial") and r["phase"] == "measure"]
             trial["metrics"] = M.summarize(mine, concurrency)
+        _reread_effective(root, record)
         record["recomputed"] = {"at": now(), "suite_git": suite_git()}
         store.save_point(record)
         done.append(point_id)
     return done
+
+
+def _reread_effective(root: Path, record: dict) -> None:
+    """The effective configuration read again from the server log and engine records the results directory keeps
+    (a reader that learned a field, e.g. the KV cache size, fills it in); left as it is without a log."""
+    log = (record.get("server") or {}).get("log")
+    if not log or not (Path(root) / log).is_file():
+        return
+    effective = read_effective(
+        (Path(root) / log).read_text(errors="replace"), [], load_records(root, record["engine_id"])
+    )
+    old = record.get("effective") or {}
+    effective.update(
+        {k: v for k, v in old.items() if effective.get(k) is None and v is not None}
+    )  # metrics-only fields
+    record["effective"] = effective
+    record["mismatch"] = mismatches(record["config"]["engine"], effective)

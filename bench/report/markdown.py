@@ -7,6 +7,7 @@ import pandas as pd
 from bench import axes as server_axes
 from bench.fmt import fmt
 from bench.report.categories import category_markdown, has_workloads
+from bench.report.dcp_view import dcp_markdown
 from bench.report.speedup import markdown_notes, markdown_results, with_speedups
 from bench.report.tables import AXIS_PREFIX, axis_columns
 
@@ -72,7 +73,7 @@ def _result_columns(points: pd.DataFrame) -> dict[str, tuple[str, int]]:
     return {k: RESULT_COLUMNS[k] for k in keys[:at]} | after_k | {k: RESULT_COLUMNS[k] for k in keys[at:]}
 
 
-def summary_markdown(points: pd.DataFrame, prov: dict) -> str:
+def summary_markdown(points: pd.DataFrame, prov: dict, models: dict | None = None) -> str:
     points = with_speedups(points)  # over the k = 0 baseline, when the sweep has one
     ok = points[points.status == "ok"]
     bad = points[points.status != "ok"].copy()
@@ -92,6 +93,7 @@ def summary_markdown(points: pd.DataFrame, prov: dict) -> str:
         )
         lines += ["## Results", "", md_table(shown, columns), "", WINDOW_NOTE, "", *markdown_notes(points)]
         lines += _contaminated(ok)
+        lines += dcp_markdown(points, models or {}, md_table)
         lines += category_markdown(points, md_table)
         lines += _flagged(ok, "**Effective configuration differs from the asked one:**")
         lines += [

@@ -18,6 +18,7 @@ POINT_COLUMNS = [
     "draft_kv_cache_dtype",
     "dcp_size",
     "dcp_emulated",  # N: one rank of DCP-N emulated on one GPU (input_len is its share); None: not emulated
+    "dcp_loopback",  # True: DCP N as rank 0 of N identical ranks on a loopback group (bench/profiling/dcp_loopback)
     "num_speculative_tokens",
     "server_axes",  # the server axes' part of the engine label (bench/axes.py), None without; each has a column too
     "concurrency",
@@ -53,6 +54,7 @@ POINT_COLUMNS = [
     "draft_attention_backend_ran",
     "kv_cache_dtype_ran",
     "cudagraph_mode",
+    "kv_cache_tokens",  # vLLM's "GPU KV cache size" (under DCP N: the group's tokens, N x the rank's local slots)
     "mismatch",
     "detail",
     "workload",  # None for the default workload (random ids at fixed concurrency); else `<id> <sampling>`
@@ -81,6 +83,8 @@ def point_row(p: dict) -> dict:
         "draft_kv_cache_dtype": eng["draft_kv_cache_dtype"],
         "dcp_size": eng["dcp_size"],
         "dcp_emulated": (cfg.get("emulation") or {}).get("dcp_size"),
+        "dcp_loopback": eng["dcp_size"] > 1  # bench.plan.EngineConfig.dcp_loopback's rule: DCP N > 1 on TP 1
+        and int({**(eng.get("server") or {}), **(eng.get("axes") or {})}.get("tensor_parallel_size", 1)) == 1,
         "num_speculative_tokens": eng["num_speculative_tokens"],
         "server_axes": server_axes.label(sorted((eng.get("axes") or {}).items())) or None,
         **{axis_column(k): v for k, v in (eng.get("axes") or {}).items()},
@@ -117,6 +121,7 @@ def point_row(p: dict) -> dict:
         "draft_attention_backend_ran": e.get("draft_attention_backend"),
         "kv_cache_dtype_ran": e.get("kv_cache_dtype"),
         "cudagraph_mode": e.get("cudagraph_mode"),
+        "kv_cache_tokens": e.get("kv_cache_tokens"),
         "mismatch": "; ".join(p.get("mismatch") or []) or None,
         "detail": p.get("detail"),
         **_workload_columns(p),

@@ -1,0 +1,93 @@
+"""The DCP view of a sweep (issue 21): per shape and DCP size, the measured step of one rank, the communication a
+DCP-N deployment would add (bench.dcp_comm, modelled and shown apart), tokens/s, and the KV capacity of a rank.
+
+Rows are the ok points of a sweep that varies dcp_size. The MLA shapes come from the model configs the sweep
+stored (models/<engine id>/{target,draft}.json); the KV capacity from vLLM's "GPU KV cache size" line (the record's
+`effective.kv_cache_tokens`)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bench.dcp_comm import NVLINK_8X_H200, Mla, kv_capacity, step_comm
+
+COLUMNS = {
+    "load": ("shape", None),
+    "dcp_size": ("DCP", 0),
+    "loopback": ("loopback", None),
+    "output_throughput": ("steady tok/s", 1),
+    "throughput_pm": ("+-", None),
+    "step_p50_ms": ("step p50 ms (measured)", 2),
+    "comm_ms": ("comm ms/step (modelled)", 3),
+    "verify_path": ("verify path", None),
+    "step_with_comm_ms": ("step + comm ms", 2),
+    "kv_cache_tokens": ("KV tokens (group)", 0),
+    "largest_batch": ("largest batch at shape", 0),
+}
+# Backends whose DCP metadata takes varlen decode queries in vLLM 0.26.0 (the k + 1 verify tokens then stay on the
+# decode path); every other one gets reorder_batch_threshold 1 under DCP (bench.dcp_comm).
+VARLEN_DCP = {"FLASH_ATTN_MLA"}
+
+
+def dcp_rows(points: pd.DataFrame, models: dict[str, dict]) -> pd.DataFrame:
+    """One row per ok point of a sweep with more than one DCP size; empty otherwise."""
+    ok = points[points.status == "ok"]
+    if ok.empty or ok.dcp_size.nunique() < 2:
+        return pd.DataFrame(columns=list(COLUMNS))
+    rows = []
+    for r in ok.itertuples():
+        configs = models.get(r.engine_id) or {}
+        target, draft = configs.get("target"), configs.get("draft")
+        k = int(r.num_speculative_tokens or 0)
+        comm = None
+        if target and all(key in target for key in ("kv_lora_rank", "qk_rope_head_dim")):
+            comm = step_comm(
+                Mla.from_config(target),
+                Mla.from_config(draft) if draft and k and "kv_lora_rank" in draft else None,
+                dcp=int(r.dcp_size),
+                batch=int(r.concurrency),
+                k=k,
+                context=int(r.input_len) + int(r.output_len) // 2,  # the mean context over a request's decode
+                varlen_dcp=getattr(r, "target_attention_backend_ran", None) in VARLEN_DCP,
+            )
+        comm_ms = comm.total_s * 1e3 if comm else None
+        step = r.step_p50_ms if pd.notna(r.step_p50_ms) else None
+        cap = kv_capacity(
+            r.kv_cache_tokens if pd.notna(r.kv_cache_tokens) else None, int(r.input_len), int(r.output_len)
+        )
+        rows.append(
+            {
+                "load": r.load,
+                "dcp_size": int(r.dcp_size),
+                "loopback": "yes" if r.dcp_loopback else "no",
+                "output_throughput": r.output_throughput,
+                "throughput_pm": f"+-{100 * r.throughput_halfwidth:.1f}%"
+                if pd.notna(r.throughput_halfwidth)
+                else "n/a",
+                "step_p50_ms": step,
+                "comm_ms": comm_ms,
+                "verify_path": comm.verify_path if comm and comm.dcp > 1 else None,
+                "step_with_comm_ms": step + comm_ms if step is not None and comm_ms is not None else None,
+                "kv_cache_tokens": cap["longest_context"],
+                "largest_batch": cap["largest_batch"],
+            }
+        )
+    return pd.DataFrame(rows).sort_values(["load", "dcp_size"], kind="stable").reset_index(drop=True)
+
+
+NOTE = (
+    "Step p50 is measured on one GPU: with DCP N > 1 (loopback) vLLM's DCP code runs as rank 0 of N identical ranks, "
+    "the collectives answered in process. `comm` is what the rank's collectives would take on "
+    f"{NVLINK_8X_H200.name} ({NVLINK_8X_H200.source}), modelled from their sizes (bench/dcp_comm.py), never folded "
+    "into the measured columns; `step + comm` is their sum. `verify path` prefill-context: vLLM 0.26.0 sends the "
+    "k + 1 verify tokens of a backend without DCP varlen support through the prefill path, which all-gathers the "
+    "whole context in every layer. KV tokens: vLLM's 'GPU KV cache size' (the DCP group's tokens); largest batch: "
+    "that over input + output tokens."
+)
+
+
+def dcp_markdown(points: pd.DataFrame, models: dict[str, dict], table) -> list[str]:
+    rows = dcp_rows(points, models)
+    if rows.empty:
+        return []
+    return ["## DCP view", "", table(rows, COLUMNS), "", NOTE, ""]

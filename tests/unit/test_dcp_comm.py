@@ -1,0 +1,68 @@
+"""The DCP communication model's arithmetic (bench/dcp_comm.py), worked by hand for one Kimi K2.6 TP8 rank."""
+
+import pytest
+
+from bench.dcp_comm import (
+    NVLINK_8X_H200,
+    Link,
+    Mla,
+    collective_s,
+    context_layer_bytes,
+    decode_layer_bytes,
+    kv_capacity,
+    step_comm,
+)
+
+RANK = Mla(layers=61, heads=8, kv_lora_rank=512, rope_dim=64)  # one TP8 rank of Kimi K2.6
+DRAFT = Mla(layers=1, heads=8, kv_lora_rank=512, rope_dim=64)
+LINK = Link("test", busbw_gb_s=400.0, latency_us=10.0, source="test")
+
+
+def test_decode_layer_bytes_by_hand():
+    b = decode_layer_bytes(RANK, tokens=4, n=4)
+    assert b["query_all_gather"] == 4 * 4 * 8 * 576 * 2  # N ranks x 4 tokens x 8 heads x 576 bf16
+    assert b["lse_all_gather"] == 4 * 4 * 32 * 4  # N ranks x 4 tokens x 32 gathered heads, fp32
+    assert b["output_reduce_scatter"] == 4 * 32 * 512 * 2  # 4 tokens x 32 heads x 512 bf16 in
+
+
+def test_collective_time_is_latency_plus_ring_bytes():
+    assert collective_s(1e6, 1, LINK) == 0.0
+    assert collective_s(0, 8, LINK) == pytest.approx(10e-6)
+    assert collective_s(400e6, 2, LINK) == pytest.approx(10e-6 + 0.5e-3)  # half the bytes cross, 400 GB/s
+    assert collective_s(400e6, 8, LINK) == pytest.approx(10e-6 + 0.875e-3)
+
+
+def test_prefill_context_path_gathers_the_whole_context_every_layer():
+    nbytes = context_layer_bytes(RANK, 8 * 8192)
+    assert nbytes == 8 * 8192 * 576 * 2
+    c = step_comm(RANK, None, dcp=8, batch=8, k=3, context=8192, link=LINK)
+    assert c.verify_path == "prefill-context" and c.draft_s == 0.0
+    assert c.target_s == pytest.approx(61 * (10e-6 + nbytes * 7 / 8 / 400e9))
+    assert c.bytes_per_step == 61 * nbytes
+
+
+def test_decode_path_with_a_draft():
+    c = step_comm(RANK, DRAFT, dcp=4, batch=2, k=3, context=1024, varlen_dcp=True, link=LINK)
+    assert c.verify_path == "decode"
+    target = 61 * sum(collective_s(b, 4, LINK) for b in decode_layer_bytes(RANK, 8, 4).values())
+    draft = 3 * sum(collective_s(b, 4, LINK) for b in decode_layer_bytes(DRAFT, 2, 4).values())
+    assert c.target_s == pytest.approx(target) and c.draft_s == pytest.approx(draft)
+    assert c.total_s == pytest.approx(target + draft)
+    assert c.to_dict()["total_ms"] == pytest.approx((target + draft) * 1e3)
+    # latency-bound: 61 x 3 collectives of 10 us dominate the few kilobytes
+    assert c.target_s == pytest.approx(61 * 3 * 10e-6, rel=0.05)
+
+
+def test_no_dcp_no_communication():
+    c = step_comm(RANK, DRAFT, dcp=1, batch=8, k=3, context=8192)
+    assert c.total_s == 0.0 and c.bytes_per_step == 0.0
+
+
+def test_kv_capacity():
+    assert kv_capacity(None, 8192, 256) == {"longest_context": None, "largest_batch": None}
+    assert kv_capacity(5_304_064, 8192, 256) == {"longest_context": 5_304_064, "largest_batch": 627}
+
+
+def test_the_cited_link():
+    assert NVLINK_8X_H200.busbw_gb_s == 460.0 and "alayanew" in NVLINK_8X_H200.source
+    assert "assumed" in NVLINK_8X_H200.source  # the latency is not a published figure: it says so
