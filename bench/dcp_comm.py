@@ -157,5 +157,5 @@ def kv_capacity(kv_cache_tokens: int | None, input_len: int, output_len: int) ->
         return {"longest_context": None, "largest_batch": None}
     return {
         "longest_context": int(kv_cache_tokens),
-        "largest_batch": int(math.floor(kv_cache_tokens / max(1, input_len + output_len))),
+        "largest_batch": math.floor(kv_cache_tokens / max(1, input_len + output_len)),
     }

@@ -3,7 +3,8 @@
 raw rows (bench.store), nothing else. What a record says about how the load ran (trials[].load), its counters,
 cache, contamination and flags are measurements, not figures derived from the rows, and stay as they are. The
 effective configuration is read again from the kept server log and engine records (a field the reader learned
-since is filled in).
+since is filled in), and a failed point's reason is classified again from its kept server log (the recorded
+one stays in `reason_recorded`).
 
 Used when the method of deriving a figure changes (e.g. the precision's sub-windows), so that a committed example
 and a new run are computed alike; the record says when and by which bench it was recomputed (`recomputed`).
@@ -16,6 +17,7 @@ from pathlib import Path
 from bench import metrics as M
 from bench.effective import load_records, mismatches, read_effective
 from bench.environment import suite_git
+from bench.failures import classify_log
 from bench.progress import now
 from bench.store import SweepStore
 
@@ -34,6 +36,11 @@ def recompute(root: Path) -> list[str]:
     store = SweepStore(root)
     done = []
     for point_id, record in store.points().items():
+        if record.get("status") == "failed" and _reclassify(root, record):
+            record["recomputed"] = {"at": now(), "suite_git": suite_git()}
+            store.save_point(record)
+            done.append(point_id)
+            continue
         rows = store.raw(point_id)
         if record.get("status") != "ok" or not rows:
             continue
@@ -64,3 +71,17 @@ def _reread_effective(root: Path, record: dict) -> None:
     )  # metrics-only fields
     record["effective"] = effective
     record["mismatch"] = mismatches(record["config"]["engine"], effective)
+
+
+def _reclassify(root: Path, record: dict) -> bool:
+    """A failed point's reason read again from its kept server log with the current signatures (bench.failures);
+    the reason it was recorded with stays in `reason_recorded`. True when the reason changed."""
+    log = (record.get("server") or {}).get("log")
+    if not log or not (Path(root) / log).is_file():
+        return False
+    found = classify_log((Path(root) / log).read_text(errors="replace"))
+    if found is None or found[0] == record.get("reason"):
+        return False
+    record.setdefault("reason_recorded", record.get("reason"))
+    record["reason"], record["detail"] = found[0], found[1]
+    return True

@@ -141,7 +141,7 @@ def relaxed_vllm_init(orig: Any, n: int) -> Any:
             and getattr(pc, "decode_context_parallel_size", 1) == n
             and getattr(pc, "tensor_parallel_size", 1) % n != 0
         )
-        if not loop:
+        if not loop or pc is None:
             orig(self, *args, **kwargs)
             return
         pc.decode_context_parallel_size = 1

@@ -208,7 +208,7 @@ def dcp_loopback_summary() -> dict:
     """The loopback DCP group's size and its collectives' Python calls (empty when the process has none)."""
     module = sys.modules.get("bench.profiling.dcp_loopback")
     try:
-        return module.summary() if module is not None else {}  # type: ignore[no-any-return]
+        return dict(module.summary()) if module is not None else {}
     except Exception:
         return {}
 

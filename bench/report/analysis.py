@@ -17,6 +17,7 @@ import pandas as pd
 from bench.failures import classify_log
 from bench.profiling.nsys_analysis import summarize_ranges
 from bench.report.categories import category_table, has_workloads
+from bench.report.dcp_view import dcp_rows
 from bench.report.roofline import model_configs
 from bench.report.roofline_check import step_facts
 from bench.report.roofline_points import roofline
@@ -372,6 +373,7 @@ class ReportData:
     roofline_notes: list[str]
     nvtx: list[tuple[Path, pd.DataFrame]] = field(default_factory=list)
     categories: pd.DataFrame = field(default_factory=pd.DataFrame)  # acceptance per workload and category
+    dcp: pd.DataFrame = field(default_factory=pd.DataFrame)  # the DCP view (bench.report.dcp_view)
 
 
 def collect(sweep_dir: Path, points: pd.DataFrame | None = None) -> ReportData:
@@ -380,7 +382,8 @@ def collect(sweep_dir: Path, points: pd.DataFrame | None = None) -> ReportData:
     manifest = SweepStore(sweep_dir).manifest()
     df = enrich(points_table(sweep_dir) if points is None else points, point_extras(sweep_dir))
     df = with_speedups(df)  # over the k = 0 baseline, when the sweep has one
-    roof, inputs, notes = roofline(df, manifest, model_configs(sweep_dir), step_facts(sweep_dir))
+    models = model_configs(sweep_dir)
+    roof, inputs, notes = roofline(df, manifest, models, step_facts(sweep_dir))
     return ReportData(
         sweep_dir=sweep_dir,
         manifest=manifest,
@@ -399,4 +402,5 @@ def collect(sweep_dir: Path, points: pd.DataFrame | None = None) -> ReportData:
         roofline_notes=notes,
         nvtx=nvtx_summaries(sweep_dir),
         categories=category_table(df),
+        dcp=dcp_rows(df, models),
     )

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.effective import stored_model_configs
 from bench.errors import BenchError
 from bench.report.markdown import summary_markdown
+from bench.report.roofline import model_configs
 from bench.report.tables import points_table, provenance
 from bench.store import atomic_write_bytes, atomic_write_table
 
@@ -20,7 +20,7 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None) -> dict[str, Path
     points = points_table(sweep_dir)
     prov = provenance(sweep_dir)
     paths = {"summary": out / "summary.md", "points_csv": out / "points.csv", "points_parquet": out / "points.parquet"}
-    models = stored_model_configs(sweep_dir)  # the DCP view's MLA shapes
+    models = model_configs(sweep_dir)  # the DCP view's MLA shapes
     atomic_write_bytes(paths["summary"], summary_markdown(points, prov, models).encode())
     flat = points.drop(columns=["categories"], errors="ignore").assign(  # categories: categories.csv
         per_position_acceptance=points.per_position_acceptance.map(_positions)

@@ -2,7 +2,7 @@
 DCP-N deployment would add (bench.dcp_comm, modelled and shown apart), tokens/s, and the KV capacity of a rank.
 
 Rows are the ok points of a sweep that varies dcp_size. The MLA shapes come from the model configs the sweep
-stored (models/<engine id>/{target,draft}.json); the KV capacity from vLLM's "GPU KV cache size" line (the record's
+stored (bench.report.roofline.model_configs: {engine id: (target, draft)}); the KV capacity from vLLM's "GPU KV cache size" line (the record's
 `effective.kv_cache_tokens`)."""
 
 from __future__ import annotations
@@ -29,15 +29,14 @@ COLUMNS = {
 VARLEN_DCP = {"FLASH_ATTN_MLA"}
 
 
-def dcp_rows(points: pd.DataFrame, models: dict[str, dict]) -> pd.DataFrame:
+def dcp_rows(points: pd.DataFrame, models: dict[str, tuple[dict | None, dict | None]]) -> pd.DataFrame:
     """One row per ok point of a sweep with more than one DCP size; empty otherwise."""
     ok = points[points.status == "ok"]
     if ok.empty or ok.dcp_size.nunique() < 2:
         return pd.DataFrame(columns=list(COLUMNS))
     rows = []
     for r in ok.itertuples():
-        configs = models.get(r.engine_id) or {}
-        target, draft = configs.get("target"), configs.get("draft")
+        target, draft = models.get(r.engine_id) or (None, None)
         k = int(r.num_speculative_tokens or 0)
         comm = None
         if target and all(key in target for key in ("kv_lora_rank", "qk_rope_head_dim")):
@@ -86,7 +85,7 @@ NOTE = (
 )
 
 
-def dcp_markdown(points: pd.DataFrame, models: dict[str, dict], table) -> list[str]:
+def dcp_markdown(points: pd.DataFrame, models: dict[str, tuple[dict | None, dict | None]], table) -> list[str]:
     rows = dcp_rows(points, models)
     if rows.empty:
         return []

@@ -25,6 +25,8 @@ from bench.fmt import fmt, is_missing
 from bench.report import roofline as R
 from bench.report.analysis import LATENCY_METRICS, ReportData
 from bench.report.categories import html_columns
+from bench.report.dcp_view import COLUMNS as DCP_COLUMNS
+from bench.report.dcp_view import NOTE as DCP_NOTE
 from bench.report.speedup import page_notes
 from bench.report.tables import AXIS_PREFIX
 
@@ -328,6 +330,11 @@ def nvtx_tables(data: ReportData) -> list[dict]:
     return out
 
 
+def _html_spec(digits: int | None) -> str | None:
+    """The markdown table's digits as an HTML table format (thousands separated)."""
+    return None if digits is None else f",.{digits}f"
+
+
 def page_context(data: ReportData, images: Mapping[str, bytes | None]) -> dict:
     """Everything the template shows, formatted; no markup."""
     c, p = data.counts, data.provenance
@@ -346,6 +353,7 @@ def page_context(data: ReportData, images: Mapping[str, bytes | None]) -> dict:
         "roofline_inputs": table(data.roofline_inputs, MODEL_INPUT_COLUMNS, table_id="roofline-inputs"),
         "problems": problem_table,
         "categories": table(data.categories, html_columns(data.categories), table_id="categories"),
+        "dcp": table(data.dcp, {k: (h, _html_spec(d)) for k, (h, d) in DCP_COLUMNS.items()}, table_id="dcp"),
         "effective": table(
             eff,
             EFFECTIVE_COLUMNS,
@@ -371,6 +379,7 @@ def page_context(data: ReportData, images: Mapping[str, bytes | None]) -> dict:
         "roofline_notes": data.roofline_notes,
         **page_notes(data.points),
         "has_roofline": bool(len(data.roofline)),
+        "dcp_note": DCP_NOTE,
         "gpu_bandwidth": [(name, fmt(bw / 1e12, "g"), part) for name, bw, part in R.GPU_BANDWIDTH],
         "nvtx": nvtx_tables(data),
         "log_differs": log_differs,

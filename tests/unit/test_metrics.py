@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from bench import metrics as M
@@ -130,6 +132,20 @@ def test_failure_signatures(line, reason):
     found = classify_log("INFO start\n" + line + "\nINFO more")
     assert (found[0] if found else None) == reason
     assert classify_log("INFO all good\n") is None
+
+
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        ("server-dcp4-loopback-unpatched-h200.log", "dcp-draft-seq-lens-none"),
+        ("server-dcp4-loopback-full-graphs-h200.log", "dcp-spec-full-cudagraph"),
+    ],
+)
+def test_failures_in_committed_h200_logs(name, reason):
+    """Excerpts of real vLLM 0.26.0 server logs (tests/data/logs/README.md) classified from their tracebacks."""
+    text = (Path(__file__).resolve().parents[1] / "data" / "logs" / name).read_text()
+    found = classify_log(text)
+    assert found is not None and found[0] == reason, found
 
 
 def test_server_argv_maps_vllm_names():
