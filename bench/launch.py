@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bench import dcp_emulation, kimi_rank
+from bench import kimi_rank
 from bench.effective import store_model_configs
 from bench.metrics import REQUEST_SPEC_NOTE, request_spec_args
 from bench.models import SPECIAL_TOKENS, VOCAB_SIZE, cache_folder, write_tiny_models
@@ -109,8 +109,6 @@ def describe_plan(plan: Plan, draft_keys: str = "legacy") -> str:
         planned_elsewhere = machine.cpu == "(planned)"  # the vLLM there may lack the flag (0.26.0 does)
         argv += [] if planned_elsewhere else per_request
         lines.append(f"\nserver {engine.id}  [{engine.label()}]")
-        if engine.dcp_emulated > 1:  # what the emulation leaves out, next to its command
-            lines.append(dcp_emulation.describe(engine.target, engine.num_speculative_tokens))
         if engine.dcp_loopback:
             lines.append(
                 f"  {dcp_loopback.ENV}={engine.dcp_size}: vLLM's DCP code as rank 0 of {engine.dcp_size} identical ranks "

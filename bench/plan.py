@@ -3,7 +3,6 @@ distinct engine configuration starts one server that serves all of its batch sha
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import itertools
 import json
@@ -13,7 +12,6 @@ from typing import Any, NamedTuple
 
 from bench import axes as server_axes
 from bench import kimi_rank
-from bench.dcp_emulation import DcpEmulation, dcp_emulated, emulated_target, rank_input_len
 from bench.errors import BenchError
 from bench.hardware import Machine, detect_machine, planned_machine
 from bench.kimi_rank import engine_fit_problem, is_kimi_rank
@@ -115,15 +113,8 @@ class EngineConfig:
         identical ranks on a loopback group (bench/profiling/dcp_loopback.py, docs/kimi-rank.md)."""
         return self.dcp_size > 1 and self.tensor_parallel_size == 1
 
-    @property
-    def dcp_emulated(self) -> int:
-        """The DCP size this engine emulates on one GPU (1: none; bench.dcp_emulation)."""
-        return dcp_emulated(self.target)
-
     def label(self) -> str:
-        emulated = self.dcp_emulated
-        dcp = f"dcp{emulated}-emulated" if emulated > 1 else f"dcp{self.dcp_size}"
-        dcp += "-loopback" if self.dcp_loopback else ""
+        dcp = f"dcp{self.dcp_size}" + ("-loopback" if self.dcp_loopback else "")
         extra = f" {server_axes.label(self.axes)}" if self.axes else ""
         if self.num_speculative_tokens == 0:
             return f"no-spec {dcp} k0{extra}"
@@ -142,7 +133,6 @@ class Point:
     seed: int
     skip_reason: str | None = None
     workload: Workload = field(default_factory=Workload)
-    emulation: DcpEmulation | None = None  # one DCP rank emulated on one GPU: `shape` is the rank's share
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {"engine": self.engine.to_dict()}
@@ -152,8 +142,6 @@ class Point:
         workload = self.workload.to_dict()
         if workload is not None:  # the default (random at fixed concurrency) keeps the ids of before workloads
             out["workload"] = workload
-        if self.emulation is not None:
-            out["emulation"] = self.emulation.to_dict()
         return out
 
     @property
@@ -162,10 +150,8 @@ class Point:
 
     @property
     def label(self) -> str:
-        """The load part of the point's name: the batch shape, or `<workload> <sampling> <arrival>`; an emulated
-        DCP rank's says which full shape it stands for."""
-        label = self.workload.label(self.shape.label if self.shape else None)
-        return f"{label} [{self.emulation.label}]" if self.emulation else label
+        """The load part of the point's name: the batch shape, or `<workload> <sampling> <arrival>`."""
+        return self.workload.label(self.shape.label if self.shape else None)
 
     @property
     def concurrency(self) -> int | None:
@@ -241,6 +227,11 @@ def constraint(engine: EngineConfig, machine: Machine) -> str | None:
     backend = engine.draft_attention_backend
     if tp % engine.dcp_size and not engine.dcp_loopback:
         return f"dcp_size {engine.dcp_size} does not divide tensor_parallel_size {tp}"
+    if is_kimi_rank(engine.target) and kimi_rank.parse_spec(engine.target).dcp > 1:
+        return (
+            "a kimi-rank target with dcp=N (widened heads) was the removed DCP emulation: serve the plain rank with "
+            "axes.dcp_size = [N] (a loopback DCP group, docs/kimi-rank.md)"
+        )
     if engine.dcp_loopback and is_kimi_rank(engine.target):
         deployment_tp = kimi_rank.parse_spec(engine.target).tp
         if deployment_tp % engine.dcp_size:
@@ -280,18 +271,17 @@ def make_plan(profile: Profile, machine: Machine) -> Plan:
     acceptance = tuple(sorted(profile.acceptance.model_dump().items()))
     engines: list[EngineConfig] = []
     flags = [[(name, v) for v in values] for name, values in ax.server.items()]
-    for backend, kv, dcp, k, emulated, extra in itertools.product(
+    for backend, kv, dcp, k, extra in itertools.product(
         ax.draft_attention_backend,
         ax.draft_kv_cache_dtype,
         ax.dcp_size,
         ax.num_speculative_tokens,
-        ax.dcp_emulated,
         itertools.product(*flags),
     ):
         if k == 0:  # no draft: one baseline per DCP size, whatever the draft axes hold
             backend, kv = NO_DRAFT, NO_DRAFT
         engine = EngineConfig(
-            target=emulated_target(profile.model.target, emulated),  # an emulated DCP rank: its own model
+            target=profile.model.target,
             draft=profile.model.draft,
             weights=profile.model.weights,
             server=tuple(sorted(profile.server.items())),
@@ -309,9 +299,7 @@ def make_plan(profile: Profile, machine: Machine) -> Plan:
     loads, seed = workload_runs(profile), profile.run.seed
     for engine in engines:
         reason = constraint(engine, machine)
-        points = [
-            emulate(Point(engine, r.shape, r.num_prompts, r.warmup_prompts, seed, reason, r.workload)) for r in loads
-        ]
+        points = [Point(engine, r.shape, r.num_prompts, r.warmup_prompts, seed, reason, r.workload) for r in loads]
         plan.skipped.extend(p for p in points if p.skip_reason)
         if runnable := [p for p in points if not p.skip_reason]:
             plan.groups.append((engine, runnable))
@@ -412,17 +400,3 @@ def plan_sweep(
     plan = plan.select(points) if points is not None else plan
     return plan if dry_run else load_datasets(plan)
 
-
-def emulate(point: Point) -> Point:
-    """`point` as one DCP rank of itself when its engine emulates DCP (per-rank prompt length, `emulation` set),
-    else unchanged. A text workload (no batch shape) cannot be cut per rank: it is skipped with the reason."""
-    n = dcp_emulated(point.engine.target)
-    if n == 1:
-        return point
-    if point.shape is None:
-        reason = point.skip_reason or f"DCP{n} emulation needs a batch shape (random token ids), not a text workload"
-        return dataclasses.replace(point, skip_reason=reason)
-    spec = kimi_rank.parse_spec(point.engine.target)
-    shape = point.shape.model_copy(update={"input_len": rank_input_len(point.shape.input_len, n)})
-    emulation = DcpEmulation(n, point.shape, spec.heads, spec.attention_heads)
-    return dataclasses.replace(point, shape=shape, emulation=emulation)

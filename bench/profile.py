@@ -101,8 +101,6 @@ class Axes(Strict):
     dcp_size: list[int] = [1]
     num_speculative_tokens: list[int] = [3]
     shapes: list[Shape] = [Shape(concurrency=1, input_len=128, output_len=128)]
-    # N > 1: one rank of DCP-N emulated on one GPU (bench/dcp_emulation.py); 1 = a plain rank
-    dcp_emulated: list[int] = [1]
     # `vllm serve` flags swept (bench/axes.py): the declared ones under [axes] by name, any other under [axes.server]
     server: dict[str, list[Any]] = {}
 
@@ -112,6 +110,11 @@ class Axes(Strict):
         """Declared server axes given under [axes] join [axes.server]; every server axis's values are checked."""
         if not isinstance(data, dict):
             return data
+        if "dcp_emulated" in data:
+            raise ValueError(
+                "dcp_emulated was removed: DCP N now runs vLLM's own DCP code on one GPU as rank 0 of a loopback "
+                "group: put N in axes.dcp_size (docs/kimi-rank.md)"
+            )
         data = dict(data)
         server = dict(data.pop("server", None) or {})
         for name in [k for k in data if k in AXES]:
@@ -132,7 +135,6 @@ class Axes(Strict):
         "dcp_size",
         "num_speculative_tokens",
         "shapes",
-        "dcp_emulated",
     )
     @classmethod
     def _non_empty_unique(cls, v):
@@ -142,7 +144,7 @@ class Axes(Strict):
             raise ValueError("axis values must be distinct")
         return v
 
-    @field_validator("dcp_size", "dcp_emulated")
+    @field_validator("dcp_size")
     @classmethod
     def _positive(cls, v):
         if any(x < 1 for x in v):
@@ -273,22 +275,6 @@ class Profile(Strict):
     def workload_tables(self) -> dict[str, WorkloadTable]:
         """The workloads to run: the profile's, else today's random token ids at axes.shapes."""
         return dict(self.workloads) or {RANDOM: WorkloadTable()}
-
-    @model_validator(mode="after")
-    def _dcp_emulation(self):
-        """An emulated DCP size needs a generated kimi-rank target (its heads are set per config), a size that
-        divides its TP degree, and no real DCP next to it."""
-        emulated = [n for n in self.axes.dcp_emulated if n > 1]
-        if not emulated:
-            return self
-        if not is_kimi_rank(self.model.target):
-            raise ValueError("axes.dcp_emulated > 1 needs a kimi-rank target (bench/dcp_emulation.py)")
-        if self.axes.dcp_size != [1]:
-            raise ValueError("axes.dcp_emulated > 1 emulates DCP on one GPU: keep axes.dcp_size = [1]")
-        tp = parse_spec(self.model.target).tp
-        if any(tp % n for n in emulated):
-            raise ValueError(f"axes.dcp_emulated values must divide the target's tp ({tp})")
-        return self
 
     @model_validator(mode="after")
     def _server_axes_apart(self):

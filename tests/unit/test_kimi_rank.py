@@ -186,10 +186,18 @@ def test_shipped_profile_plans_for_one_h200():
     plan = make_plan(load_profile("kimi-k2.6-rank-h200", "gpu"), H200)
     engines = [e for e, _ in plan.groups]
     assert not plan.skipped and engines[0].num_speculative_tokens == 0
-    # per DCP variant (the plain rank, one DCP8 rank emulated): baseline + backends x draft KV x k in {1, 2, 3, 4}
-    assert len(engines) == 2 * (1 + 3 * 2 * 4)
+    # baseline + backends x draft KV x k in {1, 2, 3, 4}, the plain rank only (DCP: kimi-k2.6-rank-h200-dcp)
+    assert len(engines) == 1 + 3 * 2 * 4
     assert K.parse_spec(engines[0].target) == K.RankSpec(8, 61, "int4")
-    assert {K.parse_spec(e.target).dcp for e in engines} == {1, 8}
+    assert {K.parse_spec(e.target).dcp for e in engines} == {1}
+    dcp = make_plan(load_profile("kimi-k2.6-rank-h200-dcp", "gpu"), H200)
+    assert not dcp.skipped
+    assert [e.label() for e, _ in dcp.groups] == [
+        "FLASHMLA/fp8 dcp4-loopback k3",
+        "FLASHMLA/fp8 dcp8-loopback k3",
+        "FLASHMLA/fp8 dcp2-loopback k3",
+        "FLASHMLA/fp8 dcp1 k3",
+    ]
 
 
 def test_cli_prints_the_estimate_writes_and_refuses(tmp_path, capsys):

@@ -28,7 +28,7 @@ def test_tiny_picks_platform_axes():
     [
         (
             {"name": "x", "axes": {"shapez": ["1x1x2"]}},
-            "t.toml: axes.shapez: unknown key; allowed here: dcp_emulated, dcp_size,",
+            "t.toml: axes.shapez: unknown key; allowed here: dcp_size, draft_attention_backend,",
         ),
         ({"name": "x", "bogus": 1}, "t.toml: bogus: unknown key; allowed here: acceptance, axes, description"),
         ({"name": "x", "axes": {"shapes": ["4x128"]}}, "shape '4x128' is not 'CONCURRENCYxINPUT_LENxOUTPUT_LEN'"),
