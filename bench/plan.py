@@ -399,4 +399,3 @@ def plan_sweep(
     plan = make_plan(chosen, machine)
     plan = plan.select(points) if points is not None else plan
     return plan if dry_run else load_datasets(plan)
-
