@@ -5,6 +5,7 @@ importable, optionally with the patch state to set before each of its runs."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 class Env:
     python: str
     patch: str | None  # "patched", "unpatched" or None (leave as is)
+    variables: tuple[tuple[str, str], ...] = ()  # set for its runs, servers included (e.g. BENCH_STEP_DELAY_MS)
 
     @property
     def draft_keys(self) -> str:
@@ -27,10 +29,22 @@ class Env:
         return "upstream" if self.patch == "unpatched" else "legacy"
 
     def label(self) -> str:
-        return f"{self.python}{':' + self.patch if self.patch else ''}"
+        extra = "".join(f" {k}={v}" for k, v in self.variables)
+        return f"{self.python}{':' + self.patch if self.patch else ''}{extra}"
 
 
-def parse_env(spec: str) -> Env:
+def parse_variables(items: list[str] | None) -> tuple[tuple[str, str], ...]:
+    """KEY=VALUE items (--baseline-env / --candidate-env) as sorted pairs."""
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BenchError(f"environment variable {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value
+    return tuple(sorted(out.items()))
+
+
+def parse_env(spec: str, variables: list[str] | None = None) -> Env:
     path, _, patch = spec.partition(":")
     if patch not in ("", "patched", "unpatched"):
         raise BenchError(f"environment {spec!r}: the suffix must be :patched or :unpatched")
@@ -39,11 +53,13 @@ def parse_env(spec: str) -> Env:
         p = p / "bin" / "python"
     if not p.exists():
         raise BenchError(f"environment {spec!r}: no Python interpreter at {p}")
-    return Env(str(p), patch or None)
+    return Env(str(p), patch or None, parse_variables(variables))
 
 
 def _run(env: Env, args: list[str]) -> int:
-    return subprocess.run([env.python, "-m", "bench", *args], cwd=REPO).returncode
+    return subprocess.run(
+        [env.python, "-m", "bench", *args], cwd=REPO, env={**os.environ, **dict(env.variables)}
+    ).returncode
 
 
 def run_ab(

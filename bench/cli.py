@@ -187,8 +187,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
     return run_ab(
         args.profile,
-        parse_env(args.baseline),
-        parse_env(args.candidate),
+        parse_env(args.baseline, args.baseline_env),
+        parse_env(args.candidate, args.candidate_env),
         rounds=args.rounds,
         out=args.out,
         repeat=args.repeat,

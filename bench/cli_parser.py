@@ -160,6 +160,14 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
         "with :patched / :unpatched to set the patch state before each of its runs",
     )
     ab.add_argument("--candidate", required=True)
+    for side in ("baseline", "candidate"):
+        ab.add_argument(
+            f"--{side}-env",
+            action="append",
+            metavar="KEY=VALUE",
+            help=f"an environment variable for the {side}'s runs and servers (repeatable), e.g. "
+            "BENCH_STEP_DELAY_MS=20: a known slowdown of every engine step (bench/profiling/step_delay.py)",
+        )
     ab.add_argument(
         "--rounds",
         type=int,

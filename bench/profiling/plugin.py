@@ -45,6 +45,7 @@ ENV_TIMING_DIR = "BENCH_TIMING_DIR"
 ENV_TIMING_FLUSH = "BENCH_TIMING_FLUSH_S"  # seconds between writes of the timing file (default 0: every step)
 ENV_EFFECTIVE_DIR = "BENCH_EFFECTIVE_DIR"  # folder of the effective-configuration records (unset: no record)
 ENV_DCP_LOOPBACK = "BENCH_DCP_LOOPBACK"  # N: a loopback DCP group of N ranks (dcp_loopback.ENV; unset: none)
+ENV_STEP_DELAY = "BENCH_STEP_DELAY_MS"  # X: sleep X ms after every engine step (step_delay.ENV; a known slowdown)
 # Under the "vllm" logger so that vLLM's handler (process prefix, server log) prints it; the other plugin
 # modules log to children of it.
 LOGGER_NAME = "vllm.bench_profiling"
@@ -239,6 +240,14 @@ def register() -> None:
             dcp_loopback.install(dcp_loopback.size_from_env())
     except Exception:  # the server must not run as a plain rank while the suite believes it is DCP-N: stop it
         logger.exception("bench: the loopback DCP group could not be installed")
+        raise
+    try:
+        if os.environ.get(ENV_STEP_DELAY, "").strip() and "vllm.v1.engine.core" in sys.modules:
+            from bench.profiling import step_delay
+
+            step_delay.install(step_delay.delay_from_env())
+    except Exception:  # a candidate that should be slow and is not would pass for a fast one: stop it
+        logger.exception("bench: the step delay could not be installed")
         raise
     try:
         out_dir = os.environ.get(ENV_EFFECTIVE_DIR, "").strip()

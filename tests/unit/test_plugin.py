@@ -237,6 +237,7 @@ PLUGIN_SIDE = {
     "timing",
     "effective_record",
     "dcp_loopback",
+    "step_delay",
 }
 
 
@@ -272,7 +273,9 @@ def test_an_active_plugin_loads_only_plugin_side_modules(tmp_path):
     assert out.returncode == 0, out.stderr
     loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
     # dcp_loopback loads only with BENCH_DCP_LOOPBACK set
-    assert loaded == {"bench", "bench.profiling"} | {f"bench.profiling.{m}" for m in PLUGIN_SIDE - {"dcp_loopback"}}
+    assert loaded == {"bench", "bench.profiling"} | {
+        f"bench.profiling.{m}" for m in PLUGIN_SIDE - {"dcp_loopback", "step_delay"}
+    }
 
 
 # --- activation, wrapping, idempotence ---------------------------------------------------------------------
