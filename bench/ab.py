@@ -74,6 +74,7 @@ def run_ab(
     min_effect: float = 0.02,
     max_effect: float = 0.05,
     correction: str = "holm",
+    paired: bool = False,
     expected_noise: float = CPU_AA_BETWEEN_CV,
     ray: str | None = None,
 ) -> int:
@@ -91,7 +92,9 @@ def run_ab(
     from bench.plan import plan_sweep
 
     points = len(plan_sweep(profile, dry_run=True).runnable)  # each is gated on len(GATED) metrics
-    reachable, design = plan_design(rounds, alpha, expected_noise, max_effect, points * len(GATED), correction)
+    reachable, design = plan_design(
+        rounds, alpha, expected_noise, max_effect, points * len(GATED), correction, paired=paired
+    )
     if not reachable:
         raise BenchError(f"ab --rounds {rounds}: {design}")
     print(f"ab design: {design}", file=sys.stderr, flush=True)
@@ -130,6 +133,7 @@ def run_ab(
         min_effect=min_effect,
         max_effect=max_effect,
         correction=correction,
+        paired=paired,
     )
     text = compare_markdown(result) + (ab_rounds.nodes_markdown(out, rounds) if ray is not None else "")
     atomic_write_bytes(out / "compare.md", text.encode())

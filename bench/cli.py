@@ -170,6 +170,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         max_effect=args.max_effect,
         correction=args.correction,
+        paired=args.paired,
     )
     text = compare_markdown(result)
     print(text)
@@ -196,6 +197,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         min_effect=args.min_effect,
         max_effect=args.max_effect,
         correction=args.correction,
+        paired=args.paired,
         expected_noise=args.expected_noise,
         ray=args.ray,
     )

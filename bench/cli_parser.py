@@ -148,6 +148,13 @@ def _add_verdict_options(parser: argparse.ArgumentParser) -> None:
         default="holm",
         help="multiplicity adjustment over the gated tests: Holm (family-wise), Benjamini-Hochberg (FDR), none",
     )
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="pair the server starts by round of `bench ab` (A and B of one round share the machine's state) and "
+        "test the round differences by sign flips: removes round-to-round drift, but the smallest p is 2 / 2^rounds, "
+        "so it needs more rounds than the unpaired test (docs/verdicts.md)",
+    )
 
 
 def _add_ab(sub: argparse._SubParsersAction) -> None:

@@ -41,6 +41,7 @@ class PointSide:
 
     label: str
     servers: list[dict[str, list[float]]] = field(default_factory=list)
+    rounds: list[str] = field(default_factory=list)  # the results directory's name of each start (round-N of ab)
     failures: list[str] = field(default_factory=list)  # "reason: detail" per failed start
     skipped: bool = False
 
@@ -64,6 +65,7 @@ def load_side(path: Path) -> dict[str, PointSide]:
             side = out.setdefault(pid, PointSide(f"{rec['label']['engine']} {rec['label']['shape']}"))
             if rec["status"] == "ok":
                 side.servers.append(_server_values(store, pid, rec))
+                side.rounds.append(sweep.name)
             elif rec["status"] == "skipped":
                 side.skipped = True
             else:
@@ -103,20 +105,24 @@ def judge(
     alpha: float = 0.05,
     max_effect: float = 0.05,
     correction: str = "holm",
+    paired: bool = False,
 ) -> dict:
     """Every metric of every (point id, label, baseline starts, candidate starts) compared (bench.stats; a start is
     metric -> its trials' values), the gated tests at the family's per-test level, their p adjusted together for
     multiplicity (`correction`: holm, bh or none) and their verdicts drawn from the adjusted p. `max_effect`: the
-    largest change a pass may leave undetected (`outcome`)."""
+    largest change a pass may leave undetected (`outcome`). `paired`: the i-th starts of the two sides are one
+    round (`pair_rounds`), tested by sign flips of the round differences."""
     tests = len(points) * len(GATED)
     level = per_test_alpha(alpha, tests, correction)  # gated tests: intervals, detectable effect, starts needed
     rows = []
     for pid, label, base, cand in points:
         for metric, higher in METRICS.items():
-            b = [s[metric] for s in base if s.get(metric)]
-            c = [s[metric] for s in cand if s.get(metric)]
+            if paired:  # keep the rounds aligned: a round missing a value drops out in stats.compare_paired
+                b, c = [s.get(metric) or [] for s in base], [s.get(metric) or [] for s in cand]
+            else:
+                b, c = [s[metric] for s in base if s.get(metric)], [s[metric] for s in cand if s.get(metric)]
             at = level if metric in GATED else alpha
-            found = compare_servers(b, c, higher, min_effect=min_effect, alpha=at)
+            found = compare_servers(b, c, higher, min_effect=min_effect, alpha=at, paired=paired)
             rows.append({"point_id": pid, "label": label, "metric": metric, **dataclasses.asdict(found)})
     family = [i for i, row in enumerate(rows) if row["metric"] in GATED and row["p_value"] is not None]
     adjusted = CORRECTIONS[correction]([rows[i]["p_value"] for i in family])
@@ -139,8 +145,22 @@ def judge(
         "per_test_alpha": level,
         "min_effect": min_effect,
         "alpha": alpha,
+        "paired": paired,
         "failures": failures({}, {}),
     }
+
+
+def pair_rounds(base: PointSide, cand: PointSide) -> tuple[list[dict], list[dict]]:
+    """The starts of both sides in the order of the rounds both ran ok (`bench ab`'s round-N folders); a round one
+    side lacks is left out. Without common round names, pairing is refused."""
+    common = sorted(set(base.rounds) & set(cand.rounds), key=lambda r: (len(r), r))
+    if not common:
+        raise BenchError(
+            f"{base.label}: --paired needs the rounds of `bench ab` on both sides (folders round-N with the same "
+            "names); these results have none in common"
+        )
+    b, c = dict(zip(base.rounds, base.servers)), dict(zip(cand.rounds, cand.servers))
+    return [b[r] for r in common], [c[r] for r in common]
 
 
 def compare_dirs(baseline: Path, candidate: Path, **options) -> dict:
@@ -150,7 +170,11 @@ def compare_dirs(baseline: Path, candidate: Path, **options) -> dict:
     matched = [
         p for p in sorted(set(base) & set(cand), key=lambda p: base[p].label) if base[p].servers and cand[p].servers
     ]
-    result = judge([(p, base[p].label, base[p].servers, cand[p].servers) for p in matched], **options)
+    if options.get("paired"):
+        sides = {p: pair_rounds(base[p], cand[p]) for p in matched}
+    else:
+        sides = {p: (base[p].servers, cand[p].servers) for p in matched}
+    result = judge([(p, base[p].label, *sides[p]) for p in matched], **options)
     return {
         **result,
         "failures": failures(base, cand),
@@ -283,7 +307,7 @@ def compare_markdown(result: dict) -> str:
         f"no change, {counts.get('insufficient data', 0)} insufficient data, {int(f.gated.sum())} failed or missing "
         f"(a verdict needs p < {result['alpha']} over server starts, a 95% interval excluding 1 and an effect of "
         f"at least {result['min_effect']:.0%}; the {result.get('gated_tests', 0)} gated tests' p adjusted together: "
-        f"{result.get('correction', 'none')}).",
+        f"{result.get('correction', 'none')}{'; paired by round: sign-flip test of the round differences' if result.get('paired') else ''}).",
         "",
         f"**Outcome: {outcome(result)[1]}**",
         "",

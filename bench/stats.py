@@ -40,15 +40,18 @@ class Comparison:
     verdict: str = "insufficient data"
 
 
-def min_p_value(n_base: int, n_cand: int) -> float:
-    """The smallest two-sided p an exact permutation test can give with these sample sizes."""
+def min_p_value(n_base: int, n_cand: int, paired: bool = False) -> float:
+    """The smallest two-sided p an exact permutation test can give with these sample sizes: 2 / C(n+m, n)
+    relabellings unpaired; 2 / 2^n sign flips paired (n rounds)."""
+    if paired:
+        return min(1.0, 2.0 / 2.0 ** min(n_base, n_cand))
     return min(1.0, 2.0 / math.comb(n_base + n_cand, n_base))
 
 
-def starts_needed(alpha: float) -> int:
+def starts_needed(alpha: float, paired: bool = False) -> int:
     """Server starts per side for an exact two-sided test to be able to reach p < alpha."""
     n = 2
-    while min_p_value(n, n) >= alpha:
+    while min_p_value(n, n, paired) >= alpha:
         n += 1
     return n
 
@@ -62,6 +65,14 @@ def min_detectable_effect(
     df = n_base + n_cand - 2
     t = stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(POWER, df)
     return float(t * math.sqrt(sd_base**2 / n_base + sd_cand**2 / n_cand) / abs(mean_base))
+
+
+def paired_detectable_effect(sd_diff: float, n: int, mean_base: float, alpha: float) -> float | None:
+    """Relative change a paired t-test over n rounds finds with probability POWER (sd of the round differences)."""
+    if n < 2 or not mean_base:
+        return None
+    t = stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(POWER, n - 1)
+    return float(t * sd_diff / math.sqrt(n) / abs(mean_base))
 
 
 def starts_to_detect(effect: float, cv: float, alpha: float, limit: int = 1000) -> int | None:
@@ -97,8 +108,13 @@ def compare_servers(
     min_effect: float,
     alpha: float,
     seed: int = 0,
+    paired: bool = False,
 ) -> Comparison:
-    """base / cand: one list of trial values per server start. Averages trials per start, then compares."""
+    """base / cand: one list of trial values per server start. Averages trials per start, then compares.
+    `paired`: base[i] and cand[i] are one round of `bench ab` (same machine state): the round differences are
+    tested by sign flips and the interval resamples whole rounds (`compare_paired`)."""
+    if paired:
+        return compare_paired(base, cand, higher_better, min_effect=min_effect, alpha=alpha, seed=seed)
     b = np.array([np.mean(t) for t in base if t], float)
     c = np.array([np.mean(t) for t in cand if t], float)
     within = [c for c in (cv(t) for t in base) if c is not None]
@@ -147,6 +163,71 @@ def compare_servers(
     )
 
 
+def compare_paired(
+    base: list[list[float]],
+    cand: list[list[float]],
+    higher_better: bool,
+    *,
+    min_effect: float,
+    alpha: float,
+    seed: int = 0,
+) -> Comparison:
+    """Paired by round: rounds where either side has no value are dropped; the p of the mean round difference
+    from an exact (or, beyond 2^14 flips, sampled) sign-flip permutation test; the interval of the ratio of means
+    from a bootstrap over rounds. The smallest p is 2 / 2^rounds: pairing needs more rounds than the unpaired test
+    (docs/verdicts.md)."""
+    pairs = [(float(np.mean(x)), float(np.mean(y))) for x, y in zip(base, cand) if x and y]
+    b = np.array([x for x, _ in pairs], float)
+    c = np.array([y for _, y in pairs], float)
+    within = [v for v in (cv(t) for t in base) if v is not None]
+    out = Comparison(
+        len(b),
+        len(c),
+        needed=starts_needed(alpha, paired=True),
+        between_cv=cv(b),
+        within_cv=float(np.median(within)) if within else None,
+    )
+    if not len(b):
+        return out
+    mb, mc = float(b.mean()), float(c.mean())
+    out = replace(out, baseline=mb, candidate=mc, ratio=mc / mb if mb else None)
+    if min_p_value(len(b), len(c), paired=True) >= alpha or out.ratio is None:
+        return out
+    ratio, d = out.ratio, c - b
+    out = replace(out, mde=paired_detectable_effect(float(np.std(d, ddof=1)), len(d), mb, alpha))
+    if not np.any(d):
+        return replace(
+            out,
+            ci_low=ratio,
+            ci_high=ratio,
+            p_value=1.0,
+            verdict=decide(ratio, ratio, ratio, 1.0, higher_better, alpha, min_effect),
+        )
+    ci = stats.bootstrap(
+        (b, c),
+        _ratio_of_means,
+        paired=True,
+        vectorized=True,
+        n_resamples=4000,
+        method="percentile",
+        confidence_level=1 - alpha,
+        rng=np.random.default_rng(seed),
+    )
+    perm = stats.permutation_test(
+        (d,),
+        np.mean,
+        permutation_type="samples",
+        vectorized=False,
+        n_resamples=2**14,
+        alternative="two-sided",
+        rng=np.random.default_rng(seed),
+    )
+    lo, hi, p = float(ci.confidence_interval.low), float(ci.confidence_interval.high), float(perm.pvalue)
+    return replace(
+        out, ci_low=lo, ci_high=hi, p_value=p, verdict=decide(ratio, lo, hi, p, higher_better, alpha, min_effect)
+    )
+
+
 def _verdict(ratio: float, significant: bool, higher_better: bool, min_effect: float) -> str:
     if not significant or abs(ratio - 1.0) < min_effect:
         return "no change"
@@ -172,17 +253,24 @@ def plan_design(
     target_effect: float = 0.05,
     tests: int = 1,
     correction: str = "holm",
+    paired: bool = False,
 ) -> tuple[bool, str]:
     """Before an A/B runs: can `starts` server starts a side reach the per-test level (alpha over the `tests`
     gated tests, per_test_alpha) at all, and what change can it detect at `noise_cv`? Returns (can reach it, a
     sentence for the user)."""
     level = per_test_alpha(alpha, tests, correction)
-    need = starts_needed(level)
+    need = starts_needed(level, paired)
     family = f" ({tests} gated tests, {correction}: each at p < {level:.2g})" if level != alpha else ""
+    kind = "paired (sign-flip) " if paired else ""
     if starts < need:
         return False, (
-            f"{starts} server starts a side cannot reach p < {level:.2g}{family}: the smallest p an exact test "
-            f"gives is {min_p_value(starts, starts):.3g}; use at least {need}"
+            f"{starts} server starts a side cannot reach p < {level:.2g}{family}: the smallest p an exact "
+            f"{kind}test gives is {min_p_value(starts, starts, paired):.3g}; use at least {need}"
+        )
+    if paired:  # its detectable effect depends on how much of the noise the rounds share: unknown before
+        return True, (
+            f"{starts} rounds{family}, paired: the smallest p is {min_p_value(starts, starts, True):.3g}; the "
+            "detectable effect follows from the spread of the round differences, measured by the comparison"
         )
     mde = min_detectable_effect(noise_cv, noise_cv, starts, starts, 1.0, level) or float("nan")
     to_target = starts_to_detect(target_effect, noise_cv, level)

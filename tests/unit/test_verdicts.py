@@ -82,3 +82,46 @@ def test_too_few_starts_for_the_family_is_inconclusive(tmp_path, rng):
     code, line = outcome(result)
     assert code == ExitCode.INCONCLUSIVE and "too few server starts (needs 6 a side)" in line
     assert outcome(compare_dirs(base, cand, correction="none"))[0] == ExitCode.GATE_FAILED, "unadjusted: it would gate"
+
+
+# --- paired by round ---------------------------------------------------------------------------------------------
+
+
+def test_paired_exact_p_and_rounds_needed():
+    from bench.stats import compare_paired, min_p_value
+
+    assert min_p_value(5, 5, paired=True) == pytest.approx(2 / 32) and min_p_value(5, 5) == pytest.approx(2 / 252)
+    assert starts_needed(0.05, paired=True) == 6 and starts_needed(0.025, paired=True) == 7
+    base = [[100.0 + r] for r in range(8)]
+    found = compare_paired(base, [[b[0] * 0.9] for b in base], True, min_effect=0.02, alpha=0.05)
+    assert found.p_value == pytest.approx(2 / 2**8) and found.verdict == "slower"  # every flip is as extreme
+    few = compare_paired(base[:5], [[b[0] * 0.9] for b in base[:5]], True, min_effect=0.02, alpha=0.05)
+    assert few.verdict == "insufficient data" and few.needed == 6  # 2 / 2^5 cannot reach 0.05
+    ok, text = plan_design(5, 0.05, 0.063, tests=2, paired=True)
+    assert not ok and "paired (sign-flip) test" in text and "use at least 7" in text
+
+
+def test_pairing_removes_round_drift_that_hides_a_regression(tmp_path, rng):
+    """Each round shifts both sides alike (machine state); the candidate is 6% slower within every round. The
+    unpaired test drowns in the drift, the paired one sees it."""
+    drift = rng.normal(0, 80, 8)
+    base = side(tmp_path / "a", 1000 + drift, 10.0, rng)
+    cand = side(tmp_path / "b", (1000 + drift) * 0.94 + rng.normal(0, 2, 8), 10.0, rng)
+    unpaired = compare_dirs(base, cand, correction="none")
+    paired = compare_dirs(base, cand, correction="none", paired=True)
+    row = {
+        name: r[r.metric == "output_throughput"].iloc[0]
+        for name, r in (("u", unpaired["table"]), ("p", paired["table"]))
+    }
+    assert row["u"].verdict == "no change" and row["p"].verdict == "slower"
+    assert row["p"].mde < 0.02 < row["u"].mde
+    assert "paired by round" in compare_markdown(paired)
+
+
+def test_pairing_needs_rounds_both_sides_ran(tmp_path, rng):
+    from bench.errors import BenchError
+
+    base = side(tmp_path / "a", [1000, 1010, 990, 1005, 995, 1000], 10.0, rng)
+    write_start(tmp_path / "b" / "other", [1000.0], 10.0, rng)
+    with pytest.raises(BenchError, match="--paired needs the rounds"):
+        compare_dirs(base, tmp_path / "b", paired=True)
