@@ -5,6 +5,7 @@ importable, optionally with the patch state to set before each of its runs."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError, ExitCode
+from bench.hardware import detect_machine
 from bench.stats import CPU_AA_BETWEEN_CV, plan_design
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,11 +77,14 @@ def run_ab(
     max_effect: float = 0.05,
     correction: str = "holm",
     paired: bool = False,
-    expected_noise: float = CPU_AA_BETWEEN_CV,
+    expected_noise: float | None = None,
     ray: str | None = None,
+    calibrate: bool = False,
 ) -> int:
     """Each round starts one server per engine config on each side: rounds = server starts a side, the unit of
-    the comparison. Refuses a design that cannot reach alpha; says what change it can detect before running.
+    the comparison. Refuses a design that cannot reach alpha; says what change it can detect before running, at
+    `expected_noise`, else at this machine's calibration of the profile (bench.calibration), else at the default.
+    `calibrate`: an A/A (b is a) whose between-start noise is stored for later plans.
     `ray`: each sweep runs on that cluster (`sweep --ray`; bench.distributed.ab_rounds says what else)."""
     from bench.distributed import ab_rounds
 
@@ -88,10 +93,15 @@ def run_ab(
     out = Path(out or REPO / "reports" / f"ab-{Path(profile).stem}-{dt.datetime.now():%Y%m%d-%H%M%S}")
     if (out / "baseline").exists() or (out / "candidate").exists():
         raise BenchError(f"{out} already holds an A/B run")
+    from bench import calibration
     from bench.compare import GATED
     from bench.plan import plan_sweep
 
-    points = len(plan_sweep(profile, dry_run=True).runnable)  # each is gated on len(GATED) metrics
+    planned = plan_sweep(profile, dry_run=True)
+    points = len(planned.runnable)  # each is gated on len(GATED) metrics
+    if expected_noise is None:
+        expected_noise, why = calibration.planning_noise(planned.profile.name, detect_machine(), CPU_AA_BETWEEN_CV)
+        print(f"ab noise: {why}", file=sys.stderr, flush=True)
     reachable, design = plan_design(
         rounds, alpha, expected_noise, max_effect, points * len(GATED), correction, paired=paired
     )
@@ -140,4 +150,21 @@ def run_ab(
     print(text)
     code, line = outcome(result)
     print(line, file=sys.stderr)
+    if calibrate:
+        from bench.compare import load_side
+
+        base, cand = load_side(out / "baseline"), load_side(out / "candidate")
+        sides = {p: base[p].servers + cand[p].servers for p in set(base) & set(cand)}
+        entry = {"profile": planned.profile.name, **calibration.measure(sides, GATED)}
+        path = calibration.save(planned.profile.name, detect_machine(), entry)
+        atomic_write_bytes(out / "calibration.json", json.dumps(entry, indent=1).encode())
+        found = entry["metrics"].get(calibration.PLAN_METRIC)
+        print(
+            f"calibration: {found['max_cv']:.1%} between starts at the noisiest point (median {found['median_cv']:.1%})"
+            f" over {entry['starts_per_point']} starts a point, stored in {path}"
+            if found
+            else "calibration: too few starts to measure the noise (nothing stored)",
+            file=sys.stderr,
+        )
+        return ExitCode.OK if code != ExitCode.GATE_FAILED else code  # an A/A that "regressed" says so
     return code

@@ -186,10 +186,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_ab(args: argparse.Namespace) -> int:
     from bench.ab import parse_env, run_ab
 
+    if not args.candidate and not args.calibrate:
+        raise BenchError("ab: --candidate ENV is required (or --calibrate, an A/A of the baseline)")
+    baseline = parse_env(args.baseline, args.baseline_env)
     return run_ab(
         args.profile,
-        parse_env(args.baseline, args.baseline_env),
-        parse_env(args.candidate, args.candidate_env),
+        baseline,
+        parse_env(args.candidate, args.candidate_env) if args.candidate else baseline,
         rounds=args.rounds,
         out=args.out,
         repeat=args.repeat,
@@ -200,6 +203,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         paired=args.paired,
         expected_noise=args.expected_noise,
         ray=args.ray,
+        calibrate=args.calibrate,
     )
 
 

@@ -166,7 +166,13 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
         help="ENV: a python executable or venv folder, optionally "
         "with :patched / :unpatched to set the patch state before each of its runs",
     )
-    ab.add_argument("--candidate", required=True)
+    ab.add_argument("--candidate", help="ENV (required, except with --calibrate: the baseline against itself)")
+    ab.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="run an A/A of the profile (the baseline against itself) and store its between-start noise for this "
+        "profile and machine (~/.cache/bench/calibration.json); later ab runs plan with it",
+    )
     for side in ("baseline", "candidate"):
         ab.add_argument(
             f"--{side}-env",
@@ -188,8 +194,9 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
     ab.add_argument(
         "--expected-noise",
         type=float,
-        default=0.063,
-        help="between-server-start CV of throughput to plan for (default: what the committed CPU A/A measured)",
+        default=None,
+        help="between-server-start CV of throughput to plan for (default: this machine's --calibrate of the "
+        "profile, else 0.063, what an earlier CPU A/A measured)",
     )
     _add_ray(ab, "run each round's sweeps", "; a round's second side on the first side's nodes")
 

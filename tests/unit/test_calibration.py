@@ -1,0 +1,49 @@
+"""Noise measured per profile and machine (bench/calibration.py): the CV arithmetic, the store, and what a plan
+says with and without a calibration."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench import calibration as C
+from bench.cli import main
+from bench.hardware import Machine
+
+CPU = Machine("cpu", cpu="Test CPU", cpu_count=2)
+H200 = Machine("gpu", 1, "sm90", "NVIDIA H200", driver="580")
+
+
+def starts(values, metric="output_throughput"):
+    return [{metric: [v], "tpot_ms": [10.0]} for v in values]
+
+
+def test_measure_by_hand():
+    sides = {"p1": starts([100, 110, 90, 100]), "p2": starts([200, 200, 200, 200])}
+    entry = C.measure(sides, ("output_throughput", "tpot_ms"))
+    cv1 = float(np.std([100, 110, 90, 100], ddof=1) / 100)
+    thr = entry["metrics"]["output_throughput"]
+    assert thr["max_cv"] == pytest.approx(cv1) and thr["median_cv"] == pytest.approx(cv1 / 2) and thr["points"] == 2
+    assert entry["metrics"]["tpot_ms"]["max_cv"] == 0.0 and entry["starts_per_point"] == 4 and entry["points"] == 2
+    assert C.measure({"p": starts([100])}, ("output_throughput",))["metrics"] == {}  # one start: no CV
+
+
+def test_store_and_plan(tmp_path):
+    noise, why = C.planning_noise("tiny", CPU, 0.063, tmp_path)
+    assert noise == 0.063 and "no calibration of tiny on this machine (Test CPU (2 cores))" in why
+    C.save(
+        "tiny",
+        CPU,
+        {"profile": "tiny", **C.measure({"p": starts([100, 104, 96, 100, 100])}, ("output_throughput",))},
+        tmp_path,
+    )
+    noise, why = C.planning_noise("tiny", CPU, 0.063, tmp_path)
+    assert noise == pytest.approx(float(np.std([100, 104, 96, 100, 100], ddof=1) / 100))
+    assert "this machine's calibration" in why and "5 starts a point" in why
+    assert C.load("tiny", H200, tmp_path) is None and C.load("other", CPU, tmp_path) is None  # per profile and machine
+    assert C.key("tiny", H200) == "tiny @ 1 x NVIDIA H200 (driver 580)"
+
+
+def test_ab_needs_a_candidate_unless_calibrating(capsys):
+    assert main(["ab", "tiny", "--baseline", ".venv"]) == 1
+    assert "--candidate ENV is required (or --calibrate" in capsys.readouterr().err
