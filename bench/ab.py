@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bench.errors import BenchError, ExitCode
 from bench.hardware import detect_machine
-from bench.stats import CPU_AA_BETWEEN_CV, plan_design
+from bench.stats import CPU_AA_BETWEEN_CV, look_level, plan_design
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -80,11 +80,14 @@ def run_ab(
     expected_noise: float | None = None,
     ray: str | None = None,
     calibrate: bool = False,
+    max_rounds: int | None = None,
 ) -> int:
     """Each round starts one server per engine config on each side: rounds = server starts a side, the unit of
     the comparison. Refuses a design that cannot reach alpha; says what change it can detect before running, at
     `expected_noise`, else at this machine's calibration of the profile (bench.calibration), else at the default.
-    `calibrate`: an A/A (b is a) whose between-start noise is stored for later plans.
+    `calibrate`: an A/A (b is a) whose between-start noise is stored for later plans. `max_rounds`: sequential, a
+    look after every round from `rounds` on at its O'Brien-Fleming level (`sequential_levels`), stopping at the
+    first look that decides (regression or pass); every look is kept in looks.json and compare.md.
     `ray`: each sweep runs on that cluster (`sweep --ray`; bench.distributed.ab_rounds says what else)."""
     from bench.distributed import ab_rounds
 
@@ -102,50 +105,62 @@ def run_ab(
     if expected_noise is None:
         expected_noise, why = calibration.planning_noise(planned.profile.name, detect_machine(), CPU_AA_BETWEEN_CV)
         print(f"ab noise: {why}", file=sys.stderr, flush=True)
-    reachable, design = plan_design(
-        rounds, alpha, expected_noise, max_effect, points * len(GATED), correction, paired=paired
-    )
-    if not reachable:
-        raise BenchError(f"ab --rounds {rounds}: {design}")
-    print(f"ab design: {design}", file=sys.stderr, flush=True)
-    for r in range(rounds):
-        order = [("baseline", a), ("candidate", b)] if r % 2 == 0 else [("candidate", b), ("baseline", a)]
-        for side, env in order:
-            if env.patch and _run(env, ["patch", "apply" if env.patch == "patched" else "revert"]) != 0:
-                raise BenchError(f"could not set {env.label()} before round {r}")
-            print(f"round {r + 1}/{rounds}: {side} ({env.label()})", file=sys.stderr, flush=True)
-            rc = _run(
-                env,
-                [
-                    "sweep",
-                    profile,
-                    "--out",
-                    str(out / side / f"round-{r}"),
-                    "--quiet",
-                    "--repeat",
-                    str(repeat),
-                    "--draft-keys",
-                    env.draft_keys,
-                    *(ab_rounds.sweep_args(ray, out, r, order[0][0] if side != order[0][0] else None) if ray else []),
-                ],
+    tests = points * len(GATED)
+    levels: dict[int, float] = {}
+    if max_rounds is not None:
+        if max_rounds < rounds:
+            raise BenchError(f"ab --max-rounds {max_rounds} is below --rounds {rounds}")
+        levels = sequential_levels(rounds, max_rounds, alpha, tests, correction, paired)
+        if not levels:
+            raise BenchError(
+                f"ab --rounds {rounds} --max-rounds {max_rounds}: no look can reach its spent alpha at {tests} gated "
+                "tests; raise --max-rounds"
             )
-            if rc not in (ExitCode.OK, ExitCode.POINTS_FAILED):  # failed points are data; compare gates them
-                raise BenchError(f"{side} round {r} failed (exit {rc})")
-            if ray is not None:
-                ab_rounds.check_side(out, side, r)
+        _, design = plan_design(max_rounds, alpha, expected_noise, max_effect, tests, correction, paired=paired)
+        looks_text = ", ".join(f"{n} ({lv:.2g})" for n, lv in levels.items())
+        design = f"sequential: looks after rounds {looks_text} (O'Brien-Fleming alpha spending); at most {design}"
+    else:
+        reachable, design = plan_design(rounds, alpha, expected_noise, max_effect, tests, correction, paired=paired)
+        if not reachable:
+            raise BenchError(f"ab --rounds {rounds}: {design}")
+    print(f"ab design: {design}", file=sys.stderr, flush=True)
     from bench.compare import compare_dirs, compare_markdown, outcome
     from bench.store import atomic_write_bytes
 
-    result = compare_dirs(
-        out / "baseline",
-        out / "candidate",
-        alpha=alpha,
-        min_effect=min_effect,
-        max_effect=max_effect,
-        correction=correction,
-        paired=paired,
-    )
-    text = compare_markdown(result) + (ab_rounds.nodes_markdown(out, rounds) if ray is not None else "")
+    def judge_now(level: float) -> dict:
+        return compare_dirs(
+            out / "baseline",
+            out / "candidate",
+            alpha=level,
+            min_effect=min_effect,
+            max_effect=max_effect,
+            correction=correction,
+            paired=paired,
+        )
+
+    total = max_rounds or rounds
+    looks: list[dict] = []
+    result: dict | None = None
+    for r in range(total):
+        _round(r, total, a, b, out, profile, repeat, ray)
+        if (level := levels.get(r + 1)) is None:
+            continue
+        result = judge_now(level)
+        code, line = outcome(result)
+        looks.append({"rounds": r + 1, "level": level, "exit": int(code), "outcome": line})
+        atomic_write_bytes(out / "looks.json", json.dumps(looks, indent=1).encode())
+        print(f"look after round {r + 1} (level {level:.3g}): {line}", file=sys.stderr, flush=True)
+        if code in (ExitCode.OK, ExitCode.GATE_FAILED):
+            break
+    if result is None:
+        result = judge_now(alpha)
+    text = compare_markdown(result)
+    if ray is not None:
+        text += ab_rounds.nodes_markdown(out, len(list((out / "baseline").glob("round-*"))))
+    if looks:
+        text += "\n## Sequential looks\n\n| rounds | level | exit | outcome |\n|---|---|---|---|\n" + "".join(
+            f"| {k['rounds']} | {k['level']:.3g} | {k['exit']} | {k['outcome']} |\n" for k in looks
+        )
     atomic_write_bytes(out / "compare.md", text.encode())
     print(text)
     code, line = outcome(result)
@@ -168,3 +183,47 @@ def run_ab(
         )
         return ExitCode.OK if code != ExitCode.GATE_FAILED else code  # an A/A that "regressed" says so
     return code
+
+
+def sequential_levels(
+    rounds: int, max_rounds: int, alpha: float, tests: int, correction: str, paired: bool
+) -> dict[int, float]:
+    """{rounds after which a look is taken: its family level}: every round from `rounds` to `max_rounds` whose
+    spent alpha an exact test can reach (bench.stats.look_level; a skipped look spends nothing)."""
+    levels, spent = {}, 0.0
+    for n in range(rounds, max_rounds + 1):
+        level = look_level(n, max_rounds, alpha, spent, tests, correction, paired)
+        if level is not None:
+            levels[n] = level
+            spent += level
+    return levels
+
+
+def _round(r: int, total: int, a: Env, b: Env, out: Path, profile: str, repeat: int, ray: str | None) -> None:
+    """Round r: both sides' sweeps, in the order A B on even rounds and B A on odd ones."""
+    from bench.distributed import ab_rounds
+
+    order = [("baseline", a), ("candidate", b)] if r % 2 == 0 else [("candidate", b), ("baseline", a)]
+    for side, env in order:
+        if env.patch and _run(env, ["patch", "apply" if env.patch == "patched" else "revert"]) != 0:
+            raise BenchError(f"could not set {env.label()} before round {r}")
+        print(f"round {r + 1}/{total}: {side} ({env.label()})", file=sys.stderr, flush=True)
+        rc = _run(
+            env,
+            [
+                "sweep",
+                profile,
+                "--out",
+                str(out / side / f"round-{r}"),
+                "--quiet",
+                "--repeat",
+                str(repeat),
+                "--draft-keys",
+                env.draft_keys,
+                *(ab_rounds.sweep_args(ray, out, r, order[0][0] if side != order[0][0] else None) if ray else []),
+            ],
+        )
+        if rc not in (ExitCode.OK, ExitCode.POINTS_FAILED):  # failed points are data; compare gates them
+            raise BenchError(f"{side} round {r} failed (exit {rc})")
+        if ray is not None:
+            ab_rounds.check_side(out, side, r)

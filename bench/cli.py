@@ -204,6 +204,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         expected_noise=args.expected_noise,
         ray=args.ray,
         calibrate=args.calibrate,
+        max_rounds=args.max_rounds,
     )
 
 

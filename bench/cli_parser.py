@@ -188,6 +188,12 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
         help="A B rounds = server starts a side, the statistical unit "
         "(each side runs the whole profile once per round; at least 4 for p < 0.05)",
     )
+    ab.add_argument(
+        "--max-rounds",
+        type=int,
+        help="sequential: after --rounds, one more round at a time up to this many, a look after each at its "
+        "O'Brien-Fleming alpha-spending level, stopping at the first look that decides (docs/verdicts.md)",
+    )
     ab.add_argument("--out", type=Path, help="default: reports/ab-<profile>-<time>")
     ab.add_argument("--repeat", type=int, default=1, help="trials per point within each round")
     _add_verdict_options(ab)

@@ -320,3 +320,31 @@ def decide(
         return "insufficient data"
     inside = ci_low is not None and ci_high is not None and ci_low <= 1.0 <= ci_high
     return _verdict(ratio, p_adjusted < alpha and not inside, higher_better, min_effect)
+
+
+# --- sequential rounds (ab --max-rounds) ----------------------------------------------------------------------
+
+
+def obrien_fleming_spent(t: float, alpha: float) -> float:
+    """Lan-DeMets O'Brien-Fleming-type alpha spending: the part of `alpha` spent by information fraction t in
+    (0, 1]: 2 - 2 Phi(z_{1-alpha/2} / sqrt(t)). Little is spent early, all of alpha at t = 1."""
+    if t <= 0:
+        return 0.0
+    z = stats.norm.ppf(1 - alpha / 2)
+    return float(min(alpha, 2 - 2 * stats.norm.cdf(z / math.sqrt(min(t, 1.0)))))
+
+
+def look_level(
+    rounds: int, max_rounds: int, alpha: float, spent: float, tests: int, correction: str, paired: bool = False
+) -> float | None:
+    """The family level of a look after `rounds` of at most `max_rounds` (alpha spent by the looks taken before:
+    `spent`): what O'Brien-Fleming spending has added since, or None when that level cannot be reached by an exact
+    test at this many starts (the look is skipped and spends nothing, so the alpha stays for later looks). The
+    levels of the looks taken sum to at most alpha: by the union bound the procedure's false-gate rate stays under
+    alpha however many looks it takes (conservative)."""
+    level = obrien_fleming_spent(rounds / max_rounds, alpha) - spent
+    if level <= 0:
+        return None
+    if starts_needed(per_test_alpha(level, tests, correction), paired) > rounds:
+        return None
+    return level

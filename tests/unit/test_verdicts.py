@@ -125,3 +125,71 @@ def test_pairing_needs_rounds_both_sides_ran(tmp_path, rng):
     write_start(tmp_path / "b" / "other", [1000.0], 10.0, rng)
     with pytest.raises(BenchError, match="--paired needs the rounds"):
         compare_dirs(base, tmp_path / "b", paired=True)
+
+
+# --- sequential rounds -------------------------------------------------------------------------------------------
+
+
+def test_obrien_fleming_spending_by_hand():
+    from scipy.stats import norm
+
+    from bench.stats import obrien_fleming_spent
+
+    z = norm.ppf(0.975)
+    assert obrien_fleming_spent(0.5, 0.05) == pytest.approx(2 - 2 * norm.cdf(z / 0.5**0.5))  # 0.0056
+    assert obrien_fleming_spent(1.0, 0.05) == pytest.approx(0.05)
+    assert obrien_fleming_spent(0.0, 0.05) == 0.0
+    spent = [obrien_fleming_spent(n / 10, 0.05) for n in range(1, 11)]
+    assert spent == sorted(spent) and spent[0] < 1e-6  # spends little early, monotone
+
+
+def test_sequential_looks_never_spend_more_than_alpha_and_skip_unreachable_ones():
+    from bench.ab import sequential_levels
+    from bench.stats import min_p_value, per_test_alpha
+
+    for rounds, max_rounds, tests in ((4, 12, 2), (5, 10, 2), (6, 20, 40), (4, 8, 1)):
+        levels = sequential_levels(rounds, max_rounds, 0.05, tests, "holm", False)
+        assert levels and sum(levels.values()) <= 0.05 + 1e-12
+        assert max(levels) == max_rounds  # the last round always looks: the rest of alpha is spent there
+        for n, level in levels.items():  # every look taken can reach its own level
+            assert min_p_value(n, n) < per_test_alpha(level, tests, "holm")
+    levels = sequential_levels(4, 12, 0.05, 2, "holm", False)
+    assert min(levels) == 6  # at 4 and 5 rounds no exact test reaches the little alpha spent so far: skipped
+    assert sequential_levels(4, 8, 0.05, 2, "holm", True)  # paired: fewer reachable looks, still some
+
+
+@pytest.mark.parametrize(
+    ("slowdown", "noise", "stops_after", "code"),
+    [
+        (0.7, 5, 6, ExitCode.GATE_FAILED),  # a 30% regression: the first look (6 rounds) decides
+        (1.0, 5, 6, ExitCode.OK),  # a quiet A/A: detectable effect under 5% at the first look, a pass
+        (1.0, 80, 10, ExitCode.INCONCLUSIVE),  # a noisy A/A: no look can rule out 5%, every round runs
+    ],
+)
+def test_ab_sequential_loop_stops_at_the_first_deciding_look(
+    tmp_path, monkeypatch, rng, slowdown, noise, stops_after, code
+):
+    """bench ab --rounds 4 --max-rounds 10 on the tiny profile (2 points, 4 gated tests), its rounds replaced by
+    synthetic server starts. The first look comes after round 6 (before, no exact test reaches the alpha spent)."""
+    import json
+
+    from bench import ab
+
+    made = []
+
+    def fake_round(r, total, a, b, out, profile, repeat, ray):
+        made.append(r)
+        for side, factor in (("baseline", 1.0), ("candidate", slowdown)):
+            for pid in ("p1", "p2"):
+                write_start(
+                    out / side / f"round-{r}", [rng.normal(1000, noise) * factor], 10.0 / factor, rng, point_id=pid
+                )
+
+    monkeypatch.setattr(ab, "_round", fake_round)
+    env = ab.Env("python", None)
+    got = ab.run_ab("tiny", env, env, rounds=4, out=tmp_path / "ab", max_rounds=10, expected_noise=0.05)
+    looks = json.loads((tmp_path / "ab" / "looks.json").read_text())
+    assert len(made) == stops_after and looks[-1]["rounds"] == stops_after
+    assert all(k["level"] > 0 for k in looks) and sum(k["level"] for k in looks) <= 0.05
+    assert got == code and looks[-1]["exit"] == code and looks[0]["rounds"] == 6
+    assert "## Sequential looks" in (tmp_path / "ab" / "compare.md").read_text()
