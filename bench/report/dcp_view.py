@@ -37,9 +37,11 @@ def dcp_rows(points: pd.DataFrame, models: dict[str, tuple[dict | None, dict | N
     rows = []
     for r in ok.itertuples():
         target, draft = models.get(r.engine_id) or (None, None)
-        k = int(r.num_speculative_tokens or 0)
+        k = int(r.num_speculative_tokens) if pd.notna(r.num_speculative_tokens) else 0
         comm = None
-        if target and all(key in target for key in ("kv_lora_rank", "qk_rope_head_dim")):
+        # Text workloads and rate-driven loads have no fixed shape: the row stays, without the modelled columns.
+        shaped = all(pd.notna(getattr(r, f, None)) for f in ("input_len", "output_len", "concurrency"))
+        if shaped and target and all(key in target for key in ("kv_lora_rank", "qk_rope_head_dim")):
             comm = step_comm(
                 Mla.from_config(target),
                 Mla.from_config(draft) if draft and k and "kv_lora_rank" in draft else None,
@@ -51,8 +53,12 @@ def dcp_rows(points: pd.DataFrame, models: dict[str, tuple[dict | None, dict | N
             )
         comm_ms = comm.total_s * 1e3 if comm else None
         step = r.step_p50_ms if pd.notna(r.step_p50_ms) else None
-        cap = kv_capacity(
-            r.kv_cache_tokens if pd.notna(r.kv_cache_tokens) else None, int(r.input_len), int(r.output_len)
+        cap = (
+            kv_capacity(
+                r.kv_cache_tokens if pd.notna(r.kv_cache_tokens) else None, int(r.input_len), int(r.output_len)
+            )
+            if shaped
+            else {"longest_context": r.kv_cache_tokens if pd.notna(r.kv_cache_tokens) else None, "largest_batch": None}
         )
         rows.append(
             {

@@ -66,3 +66,48 @@ def test_kv_capacity():
 def test_the_cited_link():
     assert NVLINK_8X_H200.busbw_gb_s == 460.0 and "alayanew" in NVLINK_8X_H200.source
     assert "assumed" in NVLINK_8X_H200.source  # the latency is not a published figure: it says so
+
+
+def test_dcp_rows_keeps_shapeless_points_without_modelled_columns():
+    """A text-workload point has no input/output length: its row stays, without the comm model or the capacity."""
+    import math
+
+    import pandas as pd
+
+    from bench.report.dcp_view import dcp_rows
+
+    target = {"num_hidden_layers": 61, "num_attention_heads": 8, "kv_lora_rank": 512, "qk_rope_head_dim": 64}
+    base = {
+        "status": "ok",
+        "engine_id": "e",
+        "num_speculative_tokens": 3,
+        "output_throughput": 100.0,
+        "throughput_halfwidth": 0.05,
+        "step_p50_ms": 40.0,
+        "kv_cache_tokens": 1_000_000,
+        "dcp_loopback": False,
+        "target_attention_backend_ran": "FLASHMLA",
+    }
+    points = pd.DataFrame(
+        [
+            {**base, "load": "1x8192x256", "dcp_size": 1, "concurrency": 1, "input_len": 8192, "output_len": 256},
+            {**base, "load": "1x8192x256", "dcp_size": 4, "concurrency": 1, "input_len": 8192, "output_len": 256},
+            {
+                **base,
+                "load": "chat",
+                "dcp_size": 4,
+                "concurrency": float("nan"),
+                "input_len": float("nan"),
+                "output_len": float("nan"),
+                "num_speculative_tokens": float("nan"),
+            },
+        ]
+    )
+    rows = dcp_rows(points, {"e": (target, None)}).set_index(["load", "dcp_size"])
+    assert rows.loc[("1x8192x256", 1), "comm_ms"] == 0.0
+    assert rows.loc[("1x8192x256", 4), "comm_ms"] > 0
+    assert rows.loc[("1x8192x256", 4), "largest_batch"] == 1_000_000 // (8192 + 256)
+    chat = rows.loc[("chat", 4)]
+    assert chat["comm_ms"] is None or math.isnan(chat["comm_ms"])
+    assert chat["kv_cache_tokens"] == 1_000_000
+    assert chat["largest_batch"] is None or math.isnan(chat["largest_batch"])

@@ -206,7 +206,7 @@ def test_cli_passes_ray_to_ab_profile_and_sweep(monkeypatch, tmp_path):
 
     seen: dict = {}
     monkeypatch.setattr(ab, "run_ab", lambda *args, **kw: seen.setdefault("ab", kw) and 0)
-    monkeypatch.setattr(ab, "parse_env", lambda spec: spec)
+    monkeypatch.setattr(ab, "parse_env", lambda spec, extra=None: spec)
     assert main(["ab", "tiny", "--baseline", "a", "--candidate", "b", "--rounds", "4", "--ray", "h:1"]) == 0
     assert seen["ab"]["ray"] == "h:1" and seen["ab"]["rounds"] == 4
 
