@@ -148,11 +148,15 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _profile_analyze(args: argparse.Namespace) -> int:
-    from bench.profile_point import analyze_sqlite
+    # straight to the analysis: the sweep's modules (plan, models, ...) are not imported for it
+    from pathlib import Path
+
+    from bench.profiling.nsys_analysis import analyze
 
     if args.file is None:
         raise BenchError("profile analyze needs FILE (an nsys .sqlite or .sqlite.xz export)")
-    result = analyze_sqlite(args.file, args.out)
+    export = Path(args.file)
+    result = analyze(export, args.out or export.parent / (export.name.split(".")[0] + "-analysis"))
     for name, path in result["paths"].items():
         print(f"{name}: {path}")
     for warning in result["warnings"]:

@@ -112,11 +112,3 @@ def run_profile(job: ProfileJob) -> ProfileOutcome:
     failed = next((i for i, item in enumerate(capture.outputs) if item.get("error")), len(capture.outputs))
     problem = capture_problem(capture.outputs, set() if point_error else {job.point.engine.id})
     return ProfileOutcome(store.root, report_html, capture.outputs[:failed], problem, point_error)
-
-
-def analyze_sqlite(export: Path, out: Path | None = None) -> dict:
-    """`profile analyze`: the per-range tables of an nsys SQLite export (.sqlite or .sqlite.xz), by default
-    into a folder next to it named after it."""
-    from bench.profiling.nsys_analysis import analyze
-
-    return analyze(export, out or export.parent / (export.name.split(".")[0] + "-analysis"))

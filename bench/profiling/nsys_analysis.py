@@ -48,7 +48,7 @@ import pandas as pd
 from bench.errors import BenchError
 from bench.profiling import nsys_readers as rd
 from bench.profiling import nsys_sqlite as db
-from bench.profiling.nsys_attribution import attribute, kernel_breakdown
+from bench.profiling.nsys_attribution import attribute, kernel_breakdown, scan_calls
 from bench.profiling.nsys_readers import range_label
 from bench.store import atomic_write_bytes, atomic_write_table
 
@@ -83,19 +83,16 @@ def analyze_export(export: db.NsysExport) -> NsysAnalysis:
     ranges, open_ranges = rd.read_nvtx_ranges(export)
     tids = sorted(ranges["global_tid"].unique().tolist())
     pids = sorted({int(rd.global_pid(t)) for t in tids})
-    if len(ranges):
-        calls = rd.read_runtime_calls(export, tids, int(ranges["start_ns"].min()), int(ranges["end_ns"].max()))
-    else:
-        calls = rd.read_runtime_calls(export, [], 0, 0)
     acts = rd.read_gpu_activities(export, pids)
+    scan = scan_calls(ranges, rd.iter_runtime_calls(export), acts)
     t1 = time.perf_counter()
-    ranges, pairs, acts = attribute(ranges, calls, acts)
+    ranges, pairs, acts = attribute(ranges, scan, acts)
     kernels = kernel_breakdown(ranges, pairs, acts)
     summary = summarize_ranges(ranges)
     t2 = time.perf_counter()
     meta = _meta(export, ranges, pairs, open_ranges)
     meta["timing_s"] = {"read_s": round(t1 - t0, 3), "attribute_s": round(t2 - t1, 3)}
-    warnings = _warnings(export, ranges, open_ranges, pids)
+    warnings = _warnings(export, ranges, open_ranges, pids, scan.last_start)
     return NsysAnalysis(ranges=ranges, kernels=kernels, summary=summary, meta=meta, warnings=warnings)
 
 
@@ -161,7 +158,9 @@ def _count(export: db.NsysExport, table: str) -> int:
     return int(export.query(f"SELECT COUNT(*) FROM {table}")[0][0])
 
 
-def _warnings(export: db.NsysExport, ranges: pd.DataFrame, open_ranges: int, pids: list[int]) -> list[str]:
+def _warnings(
+    export: db.NsysExport, ranges: pd.DataFrame, open_ranges: int, pids: list[int], last: dict[int, int]
+) -> list[str]:
     """Things that make the numbers misleading if unnoticed: open ranges, a CUDA trace that stops early,
     ranges with no CUDA calls on their thread (work launched elsewhere), and nsys's own warnings."""
     out = []
@@ -169,12 +168,11 @@ def _warnings(export: db.NsysExport, ranges: pd.DataFrame, open_ranges: int, pid
         out.append(f"{open_ranges} NVTX range(s) never ended (process exit or capture stop) and are left out")
     if not export.has(db.RUNTIME):
         out.append("the export has no CUDA API trace (CUPTI_ACTIVITY_KIND_RUNTIME): GPU columns are all 0")
-    last = rd.last_runtime_end(export)
     for gp, end in sorted(last.items()):
         late = ranges[(rd.global_pid(ranges["global_tid"]) == gp) & (ranges["start_ns"] > end)]
         if len(late):
             out.append(
-                f"pid {rd.pid_of(gp)}: the CUDA trace stops at {end} ns but {len(late)} range(s) start "
+                f"pid {rd.pid_of(gp)}: the CUDA trace stops at {end} ns (its last call) but {len(late)} range(s) start "
                 f"after it (buffers not flushed before exit?); their GPU columns are 0"
             )
     for (domain, name), grp in ranges.groupby(["domain", "name"], sort=True) if last else ():

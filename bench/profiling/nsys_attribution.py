@@ -7,6 +7,9 @@ export with 275k API calls, 54k kernels and thousands of ranges attributes in we
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -43,8 +46,67 @@ KERNEL_COLUMNS = [
 ]
 
 
+@dataclass
+class CallScan:
+    """What attribution needs from the CUDA API calls, gathered in one streamed pass (scan_calls).
+
+    calls: the calls on the ranges' threads that launched GPU work of `acts` (global_tid, start_ns,
+    correlation_id), sorted by (thread, start, correlationId); api_calls: per range row, how many calls of its
+    thread start inside it; last_start: globalPid -> start of its last call (where the process's CUDA trace stops).
+    """
+
+    calls: pd.DataFrame
+    api_calls: np.ndarray
+    last_start: dict[int, int]
+
+
+def scan_calls(ranges: pd.DataFrame, chunks: Iterable[np.ndarray], acts: pd.DataFrame) -> CallScan:
+    """Consume the runtime scan (nsys_readers.iter_runtime_calls) chunk by chunk, keeping only the calls that
+    launched GPU work on a range's thread: memory follows the GPU activity count, not the API call count."""
+    gtids = ranges["global_tid"].to_numpy(np.int64)
+    starts, ends = ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)
+    range_tids = np.unique(gtids)
+    procs = np.unique(acts["global_pid"].to_numpy(np.int64))
+    gpu_keys = np.unique(_keys(procs, acts["global_pid"].to_numpy(np.int64), acts["correlation_id"].to_numpy(np.int64)))
+    counts = np.zeros(len(ranges), np.int64)
+    kept: list[np.ndarray] = []
+    last: dict[int, int] = {}
+    for chunk in chunks:
+        by_proc = pd.Series(chunk["start_ns"]).groupby(global_pid(chunk["global_tid"])).max()
+        for gp, t in by_proc.items():
+            last[int(gp)] = max(last.get(int(gp), int(t)), int(t))
+        mine = chunk[np.isin(chunk["global_tid"], range_tids)]
+        if not len(mine):
+            continue
+        mine = mine[np.lexsort((mine["correlation_id"], mine["start_ns"], mine["global_tid"]))]
+        lo, hi = _windows(mine["global_tid"], mine["start_ns"], gtids, starts, ends)
+        counts += hi - lo
+        keys = _keys(procs, global_pid(mine["global_tid"]), mine["correlation_id"])
+        kept.append(mine[_member(keys, gpu_keys)])
+    cols = ["global_tid", "start_ns", "correlation_id"]
+    calls = np.concatenate(kept) if kept else np.empty(0, np.dtype([(c, np.int64) for c in cols]))
+    calls = calls[np.lexsort((calls["correlation_id"], calls["start_ns"], calls["global_tid"]))]
+    return CallScan(pd.DataFrame({c: calls[c] for c in cols}), counts, last)
+
+
+def _keys(procs: np.ndarray, gpids: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """One int64 per (process, correlationId): the process's index among `procs` above 40 bits of id (CUPTI
+    ids are 32-bit); -1 for a process not in `procs`."""
+    idx = np.searchsorted(procs, gpids)
+    ok = idx < len(procs)
+    ok[ok] = procs[idx[ok]] == gpids[ok]
+    return np.where(ok, (idx << 40) + corr, -1)
+
+
+def _member(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
+    if not len(sorted_keys):
+        return np.zeros(len(keys), bool)
+    pos = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return (sorted_keys[pos] == keys) & (keys >= 0)
+
+
 def attribute(
-    ranges: pd.DataFrame, calls: pd.DataFrame, acts: pd.DataFrame
+    ranges: pd.DataFrame, scan: CallScan, acts: pd.DataFrame
 ) -> tuple[pd.DataFrame, tuple[np.ndarray, np.ndarray], pd.DataFrame]:
     """Add RANGE_GPU_COLUMNS to ranges.
 
@@ -53,13 +115,10 @@ def attribute(
     range owns one contiguous slice of that order, found with searchsorted, and sums/mins/maxes over the
     slices are prefix sums and reduceat. Only the interval union needs a per-range loop (ranges with work).
     """
-    acts = _launched_by(acts, calls)
+    acts = _launched_by(acts, scan.calls)
     n = len(ranges)
     starts, ends = ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)
     gtids = ranges["global_tid"].to_numpy(np.int64)
-    c_lo, c_hi = _windows(
-        calls["global_tid"].to_numpy(np.int64), calls["start_ns"].to_numpy(np.int64), gtids, starts, ends
-    )
     lo, hi = _windows(acts["api_tid"].to_numpy(np.int64), acts["api_start"].to_numpy(np.int64), gtids, starts, ends)
     a_start, a_end = acts["start_ns"].to_numpy(np.int64), acts["end_ns"].to_numpy(np.int64)
     kind = acts["kind"].to_numpy()
@@ -70,7 +129,7 @@ def attribute(
         )
         first_of_call[1:] = ~same
     out = ranges.copy()
-    out["api_calls"] = c_hi - c_lo
+    out["api_calls"] = scan.api_calls
     out["launches"] = _slice_sum(first_of_call.astype(np.int64), lo, hi)
     for col, k in (("kernels", "kernel"), ("memcpys", "memcpy"), ("memsets", "memset"), ("graphs", "graph")):
         out[col] = _slice_sum((kind == k).astype(np.int64), lo, hi)
@@ -95,18 +154,23 @@ def attribute(
 
 def _launched_by(acts: pd.DataFrame, calls: pd.DataFrame) -> pd.DataFrame:
     """Each GPU activity with the thread (api_tid) and start (api_start) of the API call that launched it,
-    joined on (process, correlationId) because correlation ids repeat across processes. Activities whose
-    call is not among `calls` (other threads, outside every range, or lost) are dropped here."""
-    keys = pd.DataFrame(
-        {
-            "global_pid": global_pid(calls["global_tid"].to_numpy(np.int64)),
-            "correlation_id": calls["correlation_id"].to_numpy(np.int64),
-            "api_tid": calls["global_tid"].to_numpy(np.int64),
-            "api_start": calls["start_ns"].to_numpy(np.int64),
-        }
-    )
-    keys = keys.drop_duplicates(["global_pid", "correlation_id"])
-    merged = acts.merge(keys, on=["global_pid", "correlation_id"], how="inner")
+    joined on (process, correlationId) because correlation ids repeat across processes (the first call of a
+    key in `calls` order wins). Activities whose call is not among `calls` (other threads, outside every
+    range, or lost) are dropped here."""
+    procs = np.unique(acts["global_pid"].to_numpy(np.int64))
+    tid = calls["global_tid"].to_numpy(np.int64)
+    ck = _keys(procs, global_pid(tid), calls["correlation_id"].to_numpy(np.int64))
+    by_key = np.argsort(ck, kind="stable")
+    sk = ck[by_key]
+    first = np.ones(len(sk), bool)
+    first[1:] = sk[1:] != sk[:-1]
+    uk, urow = sk[first], by_key[first]
+    ak = _keys(procs, acts["global_pid"].to_numpy(np.int64), acts["correlation_id"].to_numpy(np.int64))
+    ok = _member(ak, uk)
+    row = urow[np.searchsorted(uk, ak[ok])] if len(uk) else np.zeros(0, np.int64)
+    merged = acts[ok].reset_index(drop=True)
+    merged["api_tid"] = tid[row]
+    merged["api_start"] = calls["start_ns"].to_numpy(np.int64)[row]
     order = np.lexsort(
         (
             merged["start_ns"].to_numpy(),
@@ -183,17 +247,22 @@ def kernel_breakdown(ranges: pd.DataFrame, pairs: tuple[np.ndarray, np.ndarray],
     r_idx, a_idx = pairs
     if not len(r_idx):
         return pd.DataFrame({c: pd.Series(dtype=object) for c in KERNEL_COLUMNS})
+    # grouped on the categoricals' integer codes (categories are sorted, so code order is name order), the
+    # names put back afterwards: strings per (range, activity) pair cost more than the rest of the analysis
+    labels = {
+        c: pd.Categorical(acts[src]) for c, src in (("kind", "kind"), ("kernel", "name"), ("kernel_full", "full_name"))
+    }
     flat = pd.DataFrame(
         {
             "row": r_idx,
-            "kind": acts["kind"].to_numpy()[a_idx],
-            "kernel": acts["name"].to_numpy()[a_idx],
-            "kernel_full": acts["full_name"].to_numpy()[a_idx],
+            **{c: np.asarray(cat.codes, np.int64)[a_idx] for c, cat in labels.items()},
             "dur": (acts["end_ns"].to_numpy() - acts["start_ns"].to_numpy())[a_idx],
         }
     )
-    g = flat.groupby(["row", "kind", "kernel", "kernel_full"], sort=True, dropna=False)["dur"]
+    g = flat.groupby(["row", "kind", "kernel", "kernel_full"], sort=True)["dur"]
     out = g.agg(count="size", gpu_sum_ns="sum", gpu_min_ns="min", gpu_max_ns="max").reset_index()
+    for c, cat in labels.items():
+        out[c] = np.asarray(cat.categories, dtype=object)[out[c].to_numpy()]
     out["gpu_mean_ns"] = out["gpu_sum_ns"] / out["count"]
     meta = ranges.iloc[out["row"].to_numpy()]
     for col, src in (

@@ -7,7 +7,9 @@ The schema facts these queries rely on are in `nsys_sqlite`'s docstring.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -90,102 +92,133 @@ def read_nvtx_ranges(export: NsysExport) -> tuple[pd.DataFrame, int]:
     return df[cols], open_ranges
 
 
-def read_runtime_calls(export: NsysExport, global_tids: Sequence[int], t0: int, t1: int) -> pd.DataFrame:
-    """CUDA runtime and driver API calls of the given threads that start in [t0, t1], sorted by
-    (thread, start, correlationId).
-
-    The order is made with numpy's lexsort on that key (unique per process) instead of SQL ORDER BY: the
-    same deterministic order, but SQLite's sort of 275k unindexed rows took 0.35 s of the 0.55 s this read
-    cost on the vLLM fixture, numpy's takes 0.02 s.
-    """
-    cols = ["global_tid", "start_ns", "end_ns", "correlation_id"]
-    if not export.has(RUNTIME) or not len(global_tids):
-        return pd.DataFrame({c: np.empty(0, np.int64) for c in cols})
-    marks = ",".join("?" * len(global_tids))
-    rows = export.query(
-        f"SELECT globalTid, start, end, correlationId FROM {RUNTIME} WHERE globalTid IN ({marks}) "
-        f"AND start >= ? AND start <= ?",
-        [int(g) for g in global_tids] + [int(t0), int(t1)],
-    )
-    arr = np.array(rows, dtype=np.int64).reshape(-1, 4) if rows else np.empty((0, 4), np.int64)
-    arr = arr[np.lexsort((arr[:, 3], arr[:, 1], arr[:, 0]))]
-    return pd.DataFrame(arr, columns=cols)
+#: One CUDA API call as the runtime scan yields it.
+CALL_DTYPE = np.dtype([("global_tid", np.int64), ("start_ns", np.int64), ("correlation_id", np.int64)])
+#: Rows per chunk of the runtime scan: 1M calls are 32 MB of numpy, the memory the scan holds at once.
+RUNTIME_CHUNK = 1 << 20
 
 
-def last_runtime_end(export: NsysExport) -> dict[int, int]:
-    """globalPid -> end of the last CUDA API call recorded for it: where a process's CUDA trace stops."""
+def iter_runtime_calls(export: NsysExport, chunk: int = RUNTIME_CHUNK) -> Iterator[np.ndarray]:
+    """Every CUDA runtime and driver API call of the export, all threads, as CALL_DTYPE arrays (no end: a column costs ~15% of the scan and only
+    the start places a call in a range) of at most
+    `chunk` rows in the table's own order: one pass over the largest table of an export (a Kimi-rank capture
+    holds over a million calls, a long one tens of millions), never held whole. The consumer keeps what it
+    needs (bench.profiling.nsys_attribution.scan_calls)."""
     if not export.has(RUNTIME):
-        return {}
-    rows = export.query(
-        f"SELECT globalTid - (globalTid & {TID_MASK}) AS gp, MAX(end) FROM {RUNTIME} GROUP BY gp ORDER BY gp"
-    )
-    return {int(g): int(e) for g, e in rows if g is not None}
+        return
+    rows = export.stream(f"SELECT COALESCE(globalTid, 0), start, COALESCE(correlationId, 0) FROM {RUNTIME}")
+    while True:
+        with export.reading():
+            block = np.fromiter(itertools.islice(rows, chunk), dtype=CALL_DTYPE)
+        if not len(block):
+            return
+        yield block
 
 
 def read_gpu_activities(export: NsysExport, global_pids: Sequence[int]) -> pd.DataFrame:
-    """Kernels, memcpys, memsets and whole-graph executions of the given processes (GPU_COLUMNS).
+    """Kernels, memcpys, memsets and whole-graph executions of the given processes (GPU_COLUMNS), ordered by
+    (globalPid, correlationId, start), kinds in GPU_TABLES order.
 
     name is the kernel short name ('[memcpy Host-to-Device]', '[memset]', '[CUDA graph N]' otherwise),
-    full_name the demangled kernel name. Rows with no timestamps (CUPTI writes 0/0) are skipped.
+    full_name the demangled kernel name; kind, name and full_name are categoricals. Rows with no timestamps
+    (CUPTI writes 0/0) are skipped. Rows are read straight into numpy (no per-row Python objects kept) and
+    sorted there, which is what makes a 3M-kernel export readable in seconds.
     """
-    frames = [
-        f
+    parts = [
+        p
         for t, kind in GPU_TABLES.items()
         if export.has(t)
-        for f in [_read_gpu_table(export, t, kind, global_pids)]
-        if len(f)
+        for p in [_read_gpu_table(export, t, kind, global_pids)]
+        if p is not None
     ]
-    if not frames:
+    if not parts:
         return pd.DataFrame(
             {c: pd.Series(dtype="int64" if c not in ("kind", "name", "full_name") else object) for c in GPU_COLUMNS}
         )
-    out = pd.concat(frames, ignore_index=True)[GPU_COLUMNS]
+    num = np.concatenate([p.rows for p in parts])
+    order = np.lexsort((num["start_ns"], num["correlation_id"], num["global_pid"]))
+    num = num[order]
+    out = pd.DataFrame({c: num[c] for c in (*_GPU_NUMBERS, "bytes")})
     for col in ("kind", "name", "full_name"):
-        out[col] = out[col].astype("category")
-    return out
+        labels: list[str] = []
+        codes = []
+        for p in parts:
+            lab, code = p.labels(col)
+            codes.append(code + len(labels))
+            labels += lab
+        out[col] = _categorical(np.concatenate(codes)[order], labels)
+    return out[GPU_COLUMNS]
 
 
-def _read_gpu_table(export: NsysExport, table: str, kind: str, global_pids: Sequence[int]) -> pd.DataFrame:
+def _categorical(codes: np.ndarray, labels: list[str]) -> pd.Categorical:
+    """A categorical of labels[codes] with sorted, unique categories (labels may repeat across tables)."""
+    cats = sorted(set(labels))
+    where = {c: i for i, c in enumerate(cats)}
+    remap = np.array([where[lab] for lab in labels], dtype=np.int64)
+    return pd.Categorical.from_codes(remap[codes] if len(codes) else codes, categories=cats)
+
+
+@dataclass
+class _GpuPart:
+    """One GPU table's rows: numbers in `rows`, and per label column (kind, name, full_name) the labels and
+    each row's code into them."""
+
+    rows: np.ndarray
+    kind: str
+    names: list[str]
+    name_codes: np.ndarray
+    full_codes: np.ndarray
+
+    def labels(self, col: str) -> tuple[list[str], np.ndarray]:
+        if col == "kind":
+            return [self.kind], np.zeros(len(self.rows), np.int64)
+        return self.names, self.name_codes if col == "name" else self.full_codes
+
+
+def _read_gpu_table(export: NsysExport, table: str, kind: str, global_pids: Sequence[int]) -> _GpuPart | None:
+    """One GPU table's rows of these processes, or None when it has none."""
     have = {r[1] for r in export.query(f"PRAGMA table_info({table})")}
     extra = {
         "kernel": ["shortName", "demangledName"],
         "memcpy": ["bytes", "copyKind"],
-        "memset": ["bytes"],
-        "graph": ["graphId"] if "graphId" in have else [],
+        "memset": ["bytes", "0"],
+        "graph": ["graphId" if "graphId" in have else "0", "0"],
     }[kind]
-    dev = [c if c in have else "0" for c in ("deviceId", "streamId")]
+    cols = [c if c in have else "0" for c in ("deviceId", "streamId")] + extra
     marks = ",".join("?" * len(global_pids))
-    rows = export.query(
-        f"SELECT globalPid, correlationId, start, end, {', '.join(dev + extra) if extra else ', '.join(dev)} "
-        f"FROM {table} WHERE globalPid IN ({marks}) AND NOT (start = 0 AND end = 0) "
-        f"ORDER BY globalPid, correlationId, start",
+    cursor = export.stream(
+        f"SELECT globalPid, correlationId, start, end, {', '.join(f'COALESCE({c}, 0)' for c in cols)} "
+        f"FROM {table} WHERE globalPid IN ({marks}) AND NOT (start = 0 AND end = 0)",
         [int(g) for g in global_pids],
     )
-    base = ["global_pid", "correlation_id", "start_ns", "end_ns", "device_id", "stream_id"]
-    df = pd.DataFrame(rows, columns=base + extra)
-    if df.empty:
-        return df
-    df["kind"] = kind
+    with export.reading():
+        raw = np.fromiter(cursor, dtype=_GPU_RAW)
+    if not len(raw):
+        return None
+    n = len(raw)
+    rows = np.empty(n, dtype=_GPU_ROW)
+    for c in _GPU_NUMBERS:
+        rows[c] = raw[c]
+    rows["bytes"] = raw["a"] if kind in ("memcpy", "memset") else 0
     if kind == "kernel":
-        names = lookup_strings(export, pd.unique(pd.concat([df["shortName"], df["demangledName"]])))
-        df["name"] = df["shortName"].map(names)
-        df["full_name"] = df["demangledName"].map(names)
-        df["bytes"] = 0
-    elif kind == "memcpy":
-        labels = _enum_labels(export, "ENUM_CUDA_MEMCPY_OPER")
-        df["name"] = [f"[memcpy {labels.get(int(k), k)}]" for k in df["copyKind"]]
-        df["full_name"] = df["name"]
+        ids, codes = np.unique(np.concatenate([raw["a"], raw["b"]]), return_inverse=True)
+        strings = lookup_strings(export, ids.tolist())
+        return _GpuPart(rows, kind, [strings.get(int(i), str(i)) for i in ids], codes[:n], codes[n:])
+    if kind == "memcpy":
+        enum = _enum_labels(export, "ENUM_CUDA_MEMCPY_OPER")
+        ids, codes = np.unique(raw["b"], return_inverse=True)
+        names = [f"[memcpy {enum.get(int(k), k)}]" for k in ids]
     elif kind == "memset":
-        df["name"] = df["full_name"] = "[memset]"
+        names, codes = ["[memset]"], np.zeros(n, np.int64)
     else:
-        df["name"] = [f"[CUDA graph {g}]" for g in df["graphId"]] if "graphId" in df else "[CUDA graph]"
-        df["full_name"] = df["name"]
-        df["bytes"] = 0
-    for col in ("global_pid", "correlation_id", "start_ns", "end_ns", "device_id", "stream_id", "bytes"):
-        df[col] = df[col].fillna(0).astype(np.int64)
-    for col in ("kind", "name", "full_name"):  # few distinct values: categories make joins and takes cheap
-        df[col] = df[col].astype("category")
-    return df[GPU_COLUMNS]
+        ids, codes = np.unique(raw["a"], return_inverse=True)
+        names = [f"[CUDA graph {g}]" if "graphId" in have else "[CUDA graph]" for g in ids]
+    return _GpuPart(rows, kind, names, codes, codes)
+
+
+_GPU_NUMBERS = ("global_pid", "correlation_id", "start_ns", "end_ns", "device_id", "stream_id")
+_GPU_ROW = np.dtype([(c, np.int64) for c in (*_GPU_NUMBERS, "bytes")])
+_GPU_RAW = np.dtype([(c, np.int64) for c in (*_GPU_NUMBERS, "a", "b")])  # a, b: the table's two extra columns
 
 
 def _enum_labels(export: NsysExport, table: str) -> dict[int, str]:

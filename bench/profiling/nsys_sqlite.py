@@ -19,12 +19,13 @@ Schema facts used (checked on real exports of nsys 2025.3, schema 3.20.3):
 
 from __future__ import annotations
 
+import contextlib
 import lzma
 import shutil
 import sqlite3
 import tempfile
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,6 +119,22 @@ class NsysExport:
         """Run one query; a SQLite failure here means a damaged file, so say that and name it."""
         try:
             return self.conn.execute(sql, params).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise BenchError(
+                f"{self.path}: cannot read the export ({exc}); the file looks corrupt or truncated"
+            ) from exc
+
+    def stream(self, sql: str, params: Sequence = ()) -> Iterator[tuple]:
+        """The rows of one query one at a time (SQLite's own cursor: a table of millions of rows is never held
+        as a list of tuples). Read it inside `reading()` so that a failure part-way is named as in query()."""
+        with self.reading():
+            return self.conn.execute(sql, params)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """Turn a SQLite failure while rows are read into the one-line error query() gives."""
+        try:
+            yield
         except sqlite3.DatabaseError as exc:
             raise BenchError(
                 f"{self.path}: cannot read the export ({exc}); the file looks corrupt or truncated"
