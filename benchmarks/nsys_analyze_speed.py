@@ -5,9 +5,10 @@ The export is a real one scaled up, so that the rows are what nsys writes and th
 has: the committed vLLM 0.26.0 EAGLE3 capture (tests/data/nsys, 19 MB: 275k CUDA API calls, 54k kernels) copied
 `--copies` times into one SQLite file, each copy shifted in time past the previous one and its correlation ids
 past the previous copy's, plus `--windows` plugin-style NVTX ranges per copy on the launching thread (each with a
-nested child covering its first half), under a 'bench' domain. 4 copies and 150 windows give ~77 MB, ~1.1M API
+nested child covering its first half), under a 'bench' domain. 4 copies and 150 windows give 65 MB, 1.1M API
 calls, ~216k kernels and ~1,400 ranges: the size of the Kimi-rank FLASHMLA capture (68 MB, 232,700 kernels,
-1,236 ranges; docs/nsys-analysis.md). 55 copies give a ~1 GB export for the memory bound.
+1,236 ranges: reports/examples/kimi-rank-h200/nsys/flashmla-fp8/.../nsys_meta.json). 55 copies give an 884 MB
+export (15.1M calls, 2.97M kernels) for the memory bound.
 
     python benchmarks/nsys_analyze_speed.py [--copies 4] [--windows 150] [--repeat 3] [--nsys PATH]
         [--taskset 0,1] [--keep DIR] [--out FILE.json]

@@ -187,7 +187,7 @@ def _read_gpu_table(export: NsysExport, table: str, kind: str, global_pids: Sequ
     cols = [c if c in have else "0" for c in ("deviceId", "streamId")] + extra
     marks = ",".join("?" * len(global_pids))
     cursor = export.stream(
-        f"SELECT globalPid, correlationId, start, end, {', '.join(f'COALESCE({c}, 0)' for c in cols)} "
+        f"SELECT {', '.join(f'COALESCE({c}, 0)' for c in ['globalPid', 'correlationId', 'start', 'end', *cols])} "
         f"FROM {table} WHERE globalPid IN ({marks}) AND NOT (start = 0 AND end = 0)",
         [int(g) for g in global_pids],
     )
