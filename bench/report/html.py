@@ -22,6 +22,7 @@ from markupsafe import Markup
 
 from bench import axes as server_axes
 from bench.fmt import fmt, is_missing
+from bench.report import result_fields
 from bench.report import roofline as R
 from bench.report.analysis import LATENCY_METRICS, ReportData
 from bench.report.categories import html_columns
@@ -60,20 +61,6 @@ def axis_name(column: str) -> str:
     return AXIS_NAMES.get(column, column)
 
 
-RESULT_COLUMNS: Columns = {
-    "output_throughput": ("output tok/s", ",.1f"),
-    "per_user_output_throughput": ("tok/s/user", ",.1f"),
-    "request_throughput": ("req/s", ",.2f"),
-    "ttft_p50_ms": ("TTFT p50 ms", ",.1f"),
-    "tpot_p50_ms": ("TPOT p50 ms", ".2f"),
-    "itl_p50_ms": ("ITL p50 ms", ".2f"),
-    "e2e_p50_ms": ("E2E p50 ms", ",.0f"),
-    "errors": ("errors", ".0f"),
-    "acceptance_rate": ("accept", ".3f"),
-    "mean_acceptance_length": ("mean len", ".3f"),
-    "per_position_acceptance": ("per position", ".3f"),
-    "acceptance_mode": ("acceptance", None),
-}
 LATENCY_COLUMNS: Columns = {
     "label": ("point", None),
     **{f"{m}_{q}_ms": (f"{name} {q}", ",.2f") for m, name in LATENCY_METRICS.items() for q in ("p50", "p90", "p99")},
@@ -238,8 +225,8 @@ def point_tables(data: ReportData) -> dict[str, dict]:
     speedup = SPEEDUP_COLUMNS if "speedup_output" in data.points else {}
     return {
         "results": table(
-            data.points[data.points.status == "ok"],
-            axes_columns(data, {**RESULT_COLUMNS, **speedup}),
+            result_fields.with_precision(data.points[data.points.status == "ok"]),
+            axes_columns(data, {**result_fields.html_columns(), **speedup}),  # bench/report/result_fields.py
             row_class=lambda r: "best" if r["label"] == best else None,
             table_id="results",
         ),

@@ -8,6 +8,7 @@ from bench import axes as server_axes
 from bench.fmt import fmt
 from bench.report.categories import category_markdown, has_workloads
 from bench.report.dcp_view import dcp_markdown
+from bench.report.result_fields import markdown_columns, with_precision
 from bench.report.speedup import markdown_notes, markdown_results, with_speedups
 from bench.report.tables import AXIS_PREFIX, axis_columns
 
@@ -25,7 +26,7 @@ def _cell(value, digits: int) -> str:
     return fmt(value, f",.{digits}f" if isinstance(value, (float, list)) else None)
 
 
-RESULT_COLUMNS = {
+CONFIG_COLUMNS = {
     "draft_attention_backend": ("draft backend", 0),
     "draft_kv_cache_dtype": ("draft KV", 0),
     "dcp_size": ("DCP", 0),
@@ -33,20 +34,6 @@ RESULT_COLUMNS = {
     "concurrency": ("conc.", 0),
     "input_len": ("in", 0),
     "output_len": ("out", 0),
-    "window": ("window", 0),
-    "output_throughput": ("output tok/s", 1),
-    "throughput_pm": ("+-", 0),
-    "output_throughput_whole": ("whole-window tok/s", 1),
-    "per_user_output_throughput": ("tok/s/user", 1),
-    "ttft_p50_ms": ("TTFT p50 ms", 1),
-    "ttft_p99_ms": ("TTFT p99 ms", 1),
-    "tpot_p50_ms": ("TPOT p50 ms", 2),
-    "tpot_p99_ms": ("TPOT p99 ms", 2),
-    "step_p50_ms": ("step p50 ms", 2),
-    "itl_p99_ms": ("ITL p99 ms", 2),
-    "acceptance_rate": ("accept", 3),
-    "mean_acceptance_length": ("mean len", 2),
-    "per_position_acceptance": ("per position", 2),
 }
 FAILED_COLUMNS = {
     "draft_attention_backend": ("draft backend", 0),
@@ -65,12 +52,13 @@ FAILED_COLUMNS = {
 def _result_columns(points: pd.DataFrame) -> dict[str, tuple[str, int]]:
     """The results table's columns: after k, each server axis (bench/axes.py) and, with workloads, each point's
     load (workload, sampling, arrival)."""
-    keys = list(RESULT_COLUMNS)
+    result = CONFIG_COLUMNS | markdown_columns()  # the measured columns: bench/report/result_fields.py
+    keys = list(result)
     at = keys.index("num_speculative_tokens") + 1
     after_k = {c: (server_axes.header(c.removeprefix(AXIS_PREFIX)), 0) for c in axis_columns(points)}
     if has_workloads(points):
         after_k["load"] = ("workload", 0)
-    return {k: RESULT_COLUMNS[k] for k in keys[:at]} | after_k | {k: RESULT_COLUMNS[k] for k in keys[at:]}
+    return {k: result[k] for k in keys[:at]} | after_k | {k: result[k] for k in keys[at:]}
 
 
 def summary_markdown(points: pd.DataFrame, prov: dict, models: dict | None = None) -> str:
@@ -88,9 +76,7 @@ def summary_markdown(points: pd.DataFrame, prov: dict, models: dict | None = Non
         "",
     ]
     if len(ok):
-        shown, columns = markdown_results(
-            ok.assign(throughput_pm=ok.throughput_halfwidth.map(_pm)), _result_columns(points)
-        )
+        shown, columns = markdown_results(with_precision(ok), _result_columns(points))
         lines += ["## Results", "", md_table(shown, columns), "", WINDOW_NOTE, "", *markdown_notes(points)]
         lines += _contaminated(ok)
         lines += dcp_markdown(points, models or {}, md_table)
@@ -118,14 +104,11 @@ def summary_markdown(points: pd.DataFrame, prov: dict, models: dict | None = Non
 
 WINDOW_NOTE = (
     "`window` steady: output tok/s, TPOT, ITL and step are measured over the span in which all C requests were in "
-    "flight and decoding (ramp-up and drain left out; docs/measurement.md); `+-` is the 95% confidence half-width "
-    "of the steady tok/s from sub-windows; `whole-window tok/s` is first send to last end, ramp-up and drain "
-    "included. `window` whole: no steady span (an open-loop arrival, or too few requests): the whole window."
+    "flight and decoding (ramp-up and drain left out; docs/measurement.md); the `+-` after output tok/s is the 95% "
+    "confidence half-width of the steady tok/s from sub-windows, the `TPOT +-` that of the steady span's mean TPOT "
+    "(the p50 beside it has no interval of its own); `whole-window tok/s` is first send to last end, ramp-up and "
+    "drain included. `window` whole: no steady span (an open-loop arrival, or too few requests): the whole window."
 )
-
-
-def _pm(halfwidth) -> str | None:
-    return None if halfwidth is None or pd.isna(halfwidth) else f"{halfwidth:.1%}"
 
 
 def _contaminated(ok: pd.DataFrame) -> list[str]:

@@ -1,0 +1,71 @@
+"""The results tables' measured columns, declared once: summary.md (bench.report.markdown) and report.html
+(bench.report.html) both take their metric columns from RESULT_FIELDS, so a new record field reaches both reports
+with one entry here (after its column in tables.POINT_COLUMNS). The configuration columns before them (axes, shape)
+are the renderers' own.
+
+A precision column (PRECISION) is a derived text column under a "+-" header: "x.x%", the record's relative 95%
+half-width (bench.window.precision) of the figure to its left, so that figure never appears without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class ResultField:
+    column: str
+    header: str
+    digits: int | None  # decimals; None: shown as recorded (text)
+    markdown: bool = True
+    html: bool = True
+
+
+#: derived column -> the record's relative half-width it shows
+PRECISION = {"throughput_pm": "throughput_halfwidth", "tpot_pm": "tpot_halfwidth"}
+
+RESULT_FIELDS: tuple[ResultField, ...] = (
+    ResultField("window", "window", None),
+    ResultField("output_throughput", "output tok/s", 1),
+    ResultField("throughput_pm", "+-", None),
+    ResultField("output_throughput_whole", "whole-window tok/s", 1),
+    ResultField("per_user_output_throughput", "tok/s/user", 1),
+    ResultField("request_throughput", "req/s", 2, markdown=False),
+    ResultField("ttft_p50_ms", "TTFT p50 ms", 1),
+    ResultField("ttft_p99_ms", "TTFT p99 ms", 1),
+    ResultField("tpot_p50_ms", "TPOT p50 ms", 2),
+    ResultField("tpot_pm", "TPOT +-", None),
+    ResultField("tpot_p99_ms", "TPOT p99 ms", 2),
+    ResultField("step_p50_ms", "step p50 ms", 2),
+    ResultField("itl_p50_ms", "ITL p50 ms", 2, markdown=False),
+    ResultField("itl_p99_ms", "ITL p99 ms", 2),
+    ResultField("e2e_p50_ms", "E2E p50 ms", 0, markdown=False),
+    ResultField("errors", "errors", 0, markdown=False),
+    ResultField("acceptance_rate", "accept", 3),
+    ResultField("mean_acceptance_length", "mean len", 2),
+    ResultField("per_position_acceptance", "per position", 2),
+    ResultField("acceptance_mode", "acceptance", None, markdown=False),
+)
+
+
+def markdown_columns() -> dict[str, tuple[str, int]]:
+    """column -> (header, decimals) for bench.report.markdown.md_table."""
+    return {f.column: (f.header, f.digits or 0) for f in RESULT_FIELDS if f.markdown}
+
+
+def html_columns() -> dict[str, tuple[str, str | None]]:
+    """column -> (header, format spec) for bench.report.html's tables."""
+    return {f.column: (f.header, None if f.digits is None else f",.{f.digits}f") for f in RESULT_FIELDS if f.html}
+
+
+def with_precision(points: pd.DataFrame) -> pd.DataFrame:
+    """`points` with the PRECISION text columns ("+-x.x%", None where the record states no precision)."""
+    return points.assign(
+        **{shown: points[source].map(_pm) if source in points else None for shown, source in PRECISION.items()}
+    )
+
+
+def _pm(halfwidth) -> str | None:
+    return None if halfwidth is None or pd.isna(halfwidth) else f"{halfwidth:.1%}"
