@@ -1,0 +1,115 @@
+"""The re-measure loop (bench.trial.measured_trial) and the point's flags (bench.executor._flags): a window with a
+compile inside is measured again with fresh prompts, its rows kept as "contaminated", and what is left after the
+last re-measure is flagged. The log line is a real one (tests/data/logs, the JIT compile vLLM 0.26.0 logged inside
+a committed Kimi-rank window); the trials are scripted, so the loop's decisions are what is under test."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from bench import contamination
+from bench import executor as E
+from bench import trial as T
+from bench import window as W
+
+SERVING = (Path(__file__).resolve().parents[1] / "data" / "logs" / "server-9e0b2fb21fdf-serving.log").read_text()
+JIT_LINE = next(line for line in SERVING.splitlines() if "13:02:07" in line)
+
+
+def at(h: int, m: int, s: int) -> float:
+    return dt.datetime(2026, 12, 3, h, m, s, tzinfo=dt.UTC).timestamp()
+
+
+CLEAN, DIRTY = (at(13, 3, 0), at(13, 3, 5)), (at(13, 2, 5), at(13, 2, 10))  # the JIT line is at 13:02:07
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    """Attempt i runs in windows[i] (unix seconds); returns the list to fill and the calls made."""
+    windows: list[tuple[float, float]] = []
+    calls: list[int] = []
+
+    def run_trial(tc, point, number, attempt):
+        calls.append(attempt)
+        start, end = windows[attempt]
+        rows = [{"phase": "warmup", "attempt": attempt}, {"phase": "measure", "attempt": attempt}]
+        return T.Trial(rows=rows, before={}, after={}, load={"clock": {"unix": start, "perf": 0.0}, "end": end})
+
+    monkeypatch.setattr(T, "_run_trial", run_trial)
+    monkeypatch.setattr(T, "headline_span", lambda rows, c: W.Span(0.0, 5.0))  # the window, on the perf clock
+    monkeypatch.setattr(contamination, "events_in", functools.partial(contamination.events_in, tz=dt.UTC))
+    return windows, calls
+
+
+def context(remeasure: int, log: str = JIT_LINE):
+    run = SimpleNamespace(remeasure=remeasure, prompt_reuse=False)
+    tc = SimpleNamespace(
+        plan=SimpleNamespace(profile=SimpleNamespace(run=run)), server=SimpleNamespace(log_text=lambda: log)
+    )
+    point = SimpleNamespace(
+        id="p", arrival=None, shape=SimpleNamespace(concurrency=4), workload=SimpleNamespace(is_text=False)
+    )
+    return tc, point, run
+
+
+def test_a_compile_inside_the_window_is_measured_again(scripted):
+    windows, calls = scripted
+    windows += [DIRTY, CLEAN]
+    tc, point, run = context(remeasure=1)
+    trial = T.measured_trial(tc, point, 0)
+    assert calls == [0, 1]
+    assert trial.contamination == [] and trial.load["end"] == CLEAN[1]
+    assert len(trial.discarded) == 1 and [e["kind"] for e in trial.discarded[0]["events"]] == ["jit-compile"]
+    assert "mask_empty_context_kernel" in trial.discarded[0]["events"][0]["line"]
+    # the discarded attempt's measured rows stay, marked; its warm-up rows as they were; then the kept attempt's
+    assert [(r["attempt"], r["phase"]) for r in trial.rows] == [
+        (0, "warmup"),
+        (0, "contaminated"),
+        (1, "warmup"),
+        (1, "measure"),
+    ]
+    assert E._flags(run, point, {}, [trial]) == []
+
+
+def test_a_clean_window_is_measured_once(scripted):
+    windows, calls = scripted
+    windows += [CLEAN]
+    tc, point, _ = context(remeasure=1)
+    trial = T.measured_trial(tc, point, 0)
+    assert calls == [0] and trial.discarded == [] and trial.contamination == []
+
+
+def test_contamination_left_after_the_last_re_measure_is_kept_and_flagged(scripted):
+    windows, calls = scripted
+    windows += [DIRTY, DIRTY]
+    tc, point, run = context(remeasure=1)
+    trial = T.measured_trial(tc, point, 0)
+    assert calls == [0, 1]  # bounded: remeasure = 1 allows one more attempt, not a loop
+    assert [e["kind"] for e in trial.contamination] == ["jit-compile"]
+    assert E._flags(run, point, {}, [trial]) == ["window contaminated (jit-compile) after 1 re-measure(s)"]
+
+
+def test_remeasure_zero_keeps_the_first_window(scripted):
+    windows, calls = scripted
+    windows += [DIRTY]
+    tc, point, _ = context(remeasure=0)
+    trial = T.measured_trial(tc, point, 0)
+    assert calls == [0] and trial.contamination and trial.discarded == []
+
+
+@pytest.mark.parametrize(
+    ("rate", "is_text", "reuse", "flagged"),
+    [(0.20, False, False, True), (0.005, False, False, False), (0.20, True, False, False), (0.20, False, True, False)],
+)
+def test_unexpected_prefix_cache_hits_are_flagged(rate, is_text, reuse, flagged):
+    run = SimpleNamespace(prompt_reuse=reuse)
+    point = SimpleNamespace(workload=SimpleNamespace(is_text=is_text))
+    flags = E._flags(run, point, {"prefix_cache_hit_rate": rate}, [])
+    assert bool(flags) is flagged
+    if flagged:
+        assert flags == ["prefix cache hit 20.0% of prompt tokens in the window: prompts repeated (asked fresh)"]
