@@ -92,6 +92,7 @@ def cmd_load(args: argparse.Namespace) -> int:
         points=points,
         repeat=args.repeat,
         quiet=args.quiet,
+        server_log=args.server_log,
     )
     outcome = load_url(request)
     if outcome.report is not None:

@@ -244,6 +244,12 @@ def _add_load(sub: argparse._SubParsersAction) -> None:
     load.add_argument("--points", help="only these points: ids or id prefixes, comma-separated (see sweep --dry-run)")
     load.add_argument("--repeat", type=int, help="trials per point (default: the profile's run.repeat)")
     load.add_argument("--quiet", action="store_true", help="no progress lines")
+    load.add_argument(
+        "--server-log",
+        type=Path,
+        help="the server's log file: compiles, graph captures and queueing inside a window are found in it "
+        "(without it a window is checked from /metrics only, and the records say so)",
+    )
 
 
 def _add_migrate(sub: argparse._SubParsersAction) -> None:

@@ -199,6 +199,9 @@ def point_record(
         "warmup": _warmup_record(rows, trials[0]),
         "cache": cache,
         "contamination": [e for t in trials for e in t.contamination],
+        # where contamination was looked for, in every trial: a record without "server log" was not checked for
+        # compiles, graph captures or queueing (bench load --url without --server-log)
+        "contamination_checked": sorted(set.intersection(*(set(t.checked) for t in trials))) if trials else [],
         "flags": flags,
         "workload": _workload_record(ctx.plan, point, running),
         "categories": M.category_metrics(rows, windows, M.counter_delta(first, after)),
@@ -217,6 +220,7 @@ def _trial_record(t: Trial, concurrency: int | None) -> dict:
         "cache": M.cache_delta(t.before.get("cache") or {}, t.after.get("cache") or {}),
         "load": t.load,
         "contamination": t.contamination,
+        "contamination_checked": list(t.checked),
         "discarded": t.discarded,
     }
 

@@ -47,14 +47,17 @@ class LoadRequest:
     points: list[str] | None = None  # only the points whose id starts with one of these
     repeat: int | None = None
     quiet: bool = False
+    server_log: Path | None = None  # the server's log file, read for contamination (compiles...) inside windows
 
 
 @dataclass
 class RemoteServer:
     """A running server the suite does not own: alive = /health answers (asked at most every 10 s, since the
-    load's watchdog asks twice a second); no log, nothing to stop."""
+    load's watchdog asks twice a second); its log only where the user names the file (`--server-log`), nothing to
+    stop."""
 
     base_url: str
+    log_path: Path | None = None
     last_ok: float = field(default_factory=time.monotonic)
 
     def check_alive(self) -> None:
@@ -67,7 +70,14 @@ class RemoteServer:
         self.last_ok = time.monotonic()
 
     def log_text(self) -> str:
-        return ""
+        """The named log file's text ("" without one: windows are then checked from /metrics only, and the
+        records say so in `contamination_checked`)."""
+        if self.log_path is None:
+            return ""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError as exc:
+            raise BenchError(f"--server-log {self.log_path}: cannot read it ({exc})") from None
 
 
 def _get(base_url: str, path: str, timeout: float = PROBE_TIMEOUT_S) -> bytes:
@@ -197,6 +207,8 @@ def remote_effective(facts: dict, engine: dict) -> tuple[dict, list[str]]:
 def load_url(request: LoadRequest) -> SweepOutcome:
     """Probe the server, plan, then run every point against it into a new results directory and report."""
     facts = probe_server(request.url, request.model)
+    if request.server_log is not None and not request.server_log.is_file():
+        raise BenchError(f"--server-log {request.server_log}: no such file")
     plan = plan_for_url(request)
     engine, points = plan.groups[0]
     text = any(p.workload.is_text for p in points)
@@ -212,7 +224,7 @@ def load_url(request: LoadRequest) -> SweepOutcome:
     store.write_manifest({**manifest, "server_url": facts})
     effective, mismatch = remote_effective(facts, engine.to_dict())
     running = RunningEngine(
-        RemoteServer(facts["url"]),
+        RemoteServer(facts["url"], request.server_log),
         vocab,
         effective,
         mismatch,

@@ -83,6 +83,7 @@ class Trial:
     load: dict = field(default_factory=dict)
     contamination: list[dict] = field(default_factory=list)
     discarded: list[dict] = field(default_factory=list)
+    checked: tuple[str, ...] = ()  # where contamination was looked for: CHECKED_LOG and/or CHECKED_METRICS
 
 
 class PointAborted(Exception):
@@ -115,7 +116,7 @@ def measured_trial(tc: TrialContext, point: Point, number: int) -> Trial:
         except PointAborted as exc:
             exc.rows = old_rows + exc.rows
             raise
-        trial.contamination = _contamination(tc.server, trial, point)
+        trial.contamination, trial.checked = _contamination(tc.server, trial, point)
         if not trial.contamination or attempt == run.remeasure:
             trial.rows = old_rows + trial.rows
             trial.discarded = discarded
@@ -284,20 +285,29 @@ def _text_load(tc: TrialContext, point: Point, number: int, attempt: int, marks:
     return {"kind": "conversations", "warmup": warmup, "concurrency": closed_loop_concurrency(point)}
 
 
-def _contamination(server: Serving, trial: Trial, point: Point) -> list[dict]:
+CHECKED_LOG, CHECKED_METRICS = "server log", "preemption counter"
+
+
+def _contamination(server: Serving, trial: Trial, point: Point) -> tuple[list[dict], tuple[str, ...]]:
     """What ran inside the trial's headline window besides the load: compiles, graph captures, queueing... from
-    the server log (by timestamp), and preemptions from /metrics."""
+    the server log (by timestamp), and preemptions from /metrics; and where it looked (a server the suite does not
+    own has no log unless the user names it)."""
     events: list[dict] = []
+    checked: tuple[str, ...] = ()
+    if trial.after.get("cache"):
+        checked += (CHECKED_METRICS,)
     preempted = M.cache_delta(trial.before.get("cache") or {}, trial.after.get("cache") or {})["preemptions"]
     if preempted:
         events.append({"kind": "preemption", "time": None, "line": f"vllm:num_preemptions_total +{preempted:g}"})
     span = headline_span(trial.rows, closed_loop_concurrency(point))
     text = server.log_text()
+    if text:
+        checked = (CHECKED_LOG, *checked)
     if span is None or not text:
-        return events
+        return events, checked
     offset = trial.load["clock"]["unix"] - trial.load["clock"]["perf"]
     found = contamination.events_in(text, span.start + offset, span.end + offset)
-    return events + contamination.summary(found)
+    return events + contamination.summary(found), checked
 
 
 def headline_span(rows: list[dict], concurrency: int | None) -> W.Span | None:

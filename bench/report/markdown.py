@@ -111,11 +111,27 @@ WINDOW_NOTE = (
 )
 
 
+def _unchecked(ok: pd.DataFrame) -> list[str]:
+    """Points whose windows were not looked at in a server log (records that say where they looked)."""
+    if "contamination_checked" not in ok:
+        return []
+    known = ok[ok.contamination_checked.notna()]
+    blind = known[~known.contamination_checked.str.contains("server log", regex=False)]
+    if not len(blind):
+        return []
+    return [
+        f"**{len(blind)} point(s) not checked for compiles, graph captures or queueing inside their windows**: no "
+        "server log (`bench load --url` without `--server-log`); only preemptions were looked for.",
+        "",
+    ]
+
+
 def _contaminated(ok: pd.DataFrame) -> list[str]:
+    lines = _unchecked(ok)
     bad = ok[ok.contamination.notna()]
     if not len(bad):
-        return []
-    lines = ["**Windows with something else inside (after re-measuring; docs/measurement.md):**", ""]
+        return lines
+    lines += ["**Windows with something else inside (after re-measuring; docs/measurement.md):**", ""]
     return lines + [f"- `{r.point_id}` ({r.load}): {r.contamination}" for r in bad.itertuples()] + [""]
 
 

@@ -34,6 +34,7 @@ POINT_COLUMNS = [
     "steady_fraction",  # the steady span's share of the measured window
     "prefix_cache_hit_rate",
     "contamination",  # what ran inside the window besides the load (compile, preemption...), after re-measures
+    "contamination_checked",  # where it was looked for ("server log, preemption counter"); None: older record
     "per_user_output_throughput",
     "request_throughput",
     "ttft_p50_ms",
@@ -101,6 +102,7 @@ def point_row(p: dict) -> dict:
         "steady_fraction": (m.get("steady") or {}).get("fraction_of_window"),
         "prefix_cache_hit_rate": (p.get("cache") or {}).get("prefix_cache_hit_rate"),
         "contamination": ", ".join(sorted({e["kind"] for e in p.get("contamination") or []})) or None,
+        "contamination_checked": ", ".join(p["contamination_checked"]) if "contamination_checked" in p else None,
         "per_user_output_throughput": m.get("per_user_output_throughput"),
         "request_throughput": m.get("request_throughput"),
         "ttft_p50_ms": pct("ttft_ms", "p50"),

@@ -113,3 +113,26 @@ def test_unexpected_prefix_cache_hits_are_flagged(rate, is_text, reuse, flagged)
     assert bool(flags) is flagged
     if flagged:
         assert flags == ["prefix cache hit 20.0% of prompt tokens in the window: prompts repeated (asked fresh)"]
+
+
+def test_a_window_without_a_server_log_says_it_was_not_checked(scripted):
+    """A server the suite does not own (`bench load --url`) has no log unless the user names it: the record says
+    where contamination was looked for, and summary.md says which points were not checked."""
+    import pandas as pd
+
+    from bench.report.markdown import _unchecked
+
+    windows, _ = scripted
+    windows += [DIRTY]
+    tc, point, _ = context(remeasure=1, log="")
+    trial = T.measured_trial(tc, point, 0)
+    assert trial.contamination == [] and trial.checked == ()  # the compile was there, but nothing could see it
+    trial.after = {"cache": {"prefix_cache_queries": 1}}
+    assert T._contamination(tc.server, trial, point)[1] == (T.CHECKED_METRICS,)
+    windows += [DIRTY]
+    tc, point, _ = context(remeasure=0)
+    assert T.measured_trial(tc, point, 0).checked == (T.CHECKED_LOG,)
+    ok = pd.DataFrame({"contamination_checked": ["server log, preemption counter", "preemption counter", None]})
+    note = _unchecked(ok)
+    assert note and note[0].startswith("**1 point(s) not checked")
+    assert _unchecked(ok.iloc[[0, 2]]) == [] and _unchecked(pd.DataFrame({"x": [1]})) == []
