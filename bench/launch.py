@@ -82,7 +82,9 @@ def engine_argv(
 
 def measurement_line(run) -> str:
     """How every point is measured, in one line of the dry run (docs/measurement.md)."""
-    window = "closed loop of >= num_prompts requests" + (f" and >= {run.window_s:g} s" if run.window_s else "")
+    window = "closed loop of >= max(num_prompts, 5 x concurrency) requests" + (
+        f" and >= {run.window_s:g} s" if run.window_s else ""
+    )
     if run.target_precision:
         window += f", until +-{run.target_precision:.1%} (95%) on steady tok/s or {run.max_window_s:g} s"
     text = f"warm-up {run.warmup_waves} wave(s) at the point's shape; {window}; steady span headline"

@@ -277,9 +277,9 @@ def live_halfwidth(
 
 @dataclass
 class WindowRule:
-    """When a measured closed loop stops sending: after `num_prompts` requests AND `window_s` seconds; then, with
-    a `target_precision`, once the live half-width of the steady throughput is at most the target, or at
-    `max_window_s`. `more(i, load)` is bench.loadgen.ClosedLoop.more (i: requests sent so far; `load` has
+    """When a measured closed loop stops sending: after `num_prompts` requests AND `window_s` seconds AND
+    `min_requests` (enough whole cycles for a precision); then, with a `target_precision`, once the live half-width
+    of the steady throughput is at most the target, or at `max_window_s` (which wins over `min_requests`). `more(i, load)` is bench.loadgen.ClosedLoop.more (i: requests sent so far; `load` has
     `records`, `token_times`, `token_counts`); `record()` says how the window ended."""
 
     num_prompts: int
@@ -303,10 +303,12 @@ class WindowRule:
         elapsed = now - self.started
         if i < self.num_prompts or elapsed < self.window_s:
             return True
+        if self.target_precision is not None and elapsed >= self.max_window_s:
+            return self._stop("cap")  # the cap wins over the floor below: such a point states no precision
+        if i < self.min_requests:
+            return True
         if self.target_precision is None:
             return self._stop("duration" if self.window_s else "count")
-        if elapsed >= self.max_window_s:
-            return self._stop("cap")
         if now - self.last_check >= self.check_every_s:
             self.last_check = now
             start = _all_decoding(load.records, self.concurrency)
@@ -325,6 +327,13 @@ class WindowRule:
         if self.last_halfwidth is not None and self.last_halfwidth <= self.target_precision:
             return self._stop("precision")
         return True
+
+    @property
+    def min_requests(self) -> int:
+        """The fewest requests a closed loop sends, whatever num_prompts says: the first wave, then MIN_SUB_WINDOWS
+        whole cycles of C completions inside the steady span, and one cycle of margin for the drain, so that every
+        point can state its precision (cycle_edges); a smaller window would report a figure without one."""
+        return (MIN_SUB_WINDOWS + 2) * max(self.concurrency, 1)
 
     def _stop(self, why: str) -> bool:
         self.stopped = self.stopped or why

@@ -109,16 +109,21 @@ def test_every_point_ok_with_trials_raw_rows_and_server_info(scripted):
     points = run()
     ok = [p for p in points.values() if p["status"] == "ok"]
     assert len(ok) == 3
-    assert [(c["warmup"], c["measure"]) for c in script["loads"]] == [(1, 3), (0, 3)] * 3, "warm-up: trial 0 only"
+    # num_prompts 3, raised to the 5 x C floor that lets a closed loop state its precision (WindowRule.min_requests)
+    sent = {c: max(3, 5 * c) for c in (1, 2, 3)}
+    assert [(c["warmup"], c["measure"]) for c in script["loads"]] == [
+        (w, sent[c]) for c in (1, 2, 3) for w in (1, 0)
+    ], "warm-up: trial 0 only"
     # staggered start: the warm-up's median lifetime (1 s scripted) over C, kept for trial 1, none at C = 1
     assert [round(c["stagger_s"], 3) for c in script["loads"]] == [0.0, 0.0, 0.5, 0.5, 0.333, 0.333]
     for record in ok:
         assert [t["trial"] for t in record["trials"]] == [0, 1]
         assert record["trials"][1]["load"]["stagger_s"] == record["trials"][0]["load"]["stagger_s"]
         assert record["server"]["pids"] == [4242] and record["server"]["ready_s"] == 1.5
-        assert record["metrics"]["requests"] == 6 and record["mismatch"] == []
+        c = record["config"]["shape"]["concurrency"]
+        assert record["metrics"]["requests"] == 2 * sent[c] and record["mismatch"] == []
         raw = SweepStore(out).raw(record["point_id"])
-        assert [r["trial"] for r in raw] == [0] * 4 + [1] * 3
+        assert [r["trial"] for r in raw] == [0] * (1 + sent[c]) + [1] * sent[c]
     assert all(s.stopped for s in script["servers"]) and len(script["servers"]) == 1
 
 
@@ -141,7 +146,7 @@ def test_hang_fails_the_point_with_its_rows_and_the_points_after_it(scripted):
     first, second, third = points["1x8x4"], points["2x8x4"], points["3x8x4"]
     assert (first["status"], first["reason"], first["phase"]) == ("failed", "hang", "load")
     raw = SweepStore(out).raw(first["point_id"])
-    assert [r["trial"] for r in raw] == [0] * 4 + [1] * 2, "trial 0 and what trial 1 measured before the hang"
+    assert [r["trial"] for r in raw] == [0] * (1 + 5) + [1] * 2, "trial 0 and what trial 1 measured before the hang"
     assert first["raw"] == f"raw/{first['point_id']}.parquet"
     for later in (second, third):
         assert later["reason"] == "hang" and later["phase"] == "load"

@@ -210,15 +210,19 @@ def _load(rows: list[dict], until: float):
 
 def test_window_rule_sends_num_prompts_then_stops_by_count_or_duration():
     clock = Clock()
-    rule = W.WindowRule(5, 2, clock=clock)
+    rule = W.WindowRule(12, 2, clock=clock)
     load = _load([], 0)
-    assert [rule.more(i, load) for i in range(6)] == [True] * 5 + [False]
+    assert [rule.more(i, load) for i in range(13)] == [True] * 12 + [False]
     assert rule.record()["stopped_by"] == "count"
+    rule = W.WindowRule(5, 2, clock=clock)  # 5 requests at 2 users: fewer than the 3 cycles a precision needs
+    assert rule.min_requests == 10 == (W.MIN_SUB_WINDOWS + 2) * 2
+    assert [rule.more(i, load) for i in range(11)] == [True] * 10 + [False]
     clock.t = 0.0
     rule = W.WindowRule(1, 2, window_s=10.0, clock=clock)
     assert rule.more(0, load) and rule.more(5, load)
     clock.t = 10.0
-    assert not rule.more(6, load) and rule.record()["stopped_by"] == "duration"
+    assert rule.more(6, load), "10 s passed but only 6 requests: below the floor"
+    assert not rule.more(10, load) and rule.record()["stopped_by"] == "duration"
 
 
 def test_window_rule_runs_until_the_target_precision_or_the_cap():
@@ -262,3 +266,13 @@ def test_a_lockstep_loop_stalls_the_whole_batch_at_each_prefill_and_a_staggered_
     staggered = W.steady([sorted(one + other, key=lambda r: r["send_time"])], 2)
     assert staggered["stalls"]["count"] == 0 and staggered["stalls"]["share"] == 0.0
     assert staggered["output_throughput"] == pytest.approx(steady["output_throughput"], rel=0.1)
+
+
+def test_the_cap_wins_over_the_floor():
+    """A point too slow to fill its cycles before max_window_s stops there (and states no precision), rather than
+    running on without bound."""
+    clock = Clock()
+    rule = W.WindowRule(1, 8, target_precision=0.02, max_window_s=5.0, clock=clock)
+    assert rule.more(0, _load([], 0.0))
+    clock.t = 5.0
+    assert not rule.more(3, _load([], 5.0)) and rule.record()["stopped_by"] == "cap"
