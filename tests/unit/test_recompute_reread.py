@@ -1,6 +1,7 @@
 """`bench report DIR --recompute` reads again what a results directory keeps besides its raw rows: a failed point's
 reason from its server log (signatures learned since), an ok point's effective configuration (fields learned
-since, e.g. the KV cache size). On the committed H200 DCP example's records (reports/examples/kimi-rank-h200-dcp)."""
+since, e.g. the KV cache size). On a copy of the H200 DCP example's records (reports/examples/kimi-rank-h200-dcp: its
+patched sweep and its FULL-graphs run, reports left out) kept under tests/data, so the example can grow."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from pathlib import Path
 
 from bench.recompute import recompute
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "reports" / "examples" / "kimi-rank-h200-dcp"
+DATA = Path(__file__).resolve().parents[1] / "data" / "results" / "kimi-rank-dcp-h200"
 
 
 def test_a_failed_point_is_classified_again_from_its_log(tmp_path):
-    run = shutil.copytree(EXAMPLE / "full-graphs" / "dcp", tmp_path / "dcp")
+    run = shutil.copytree(DATA / "full-graphs-dcp", tmp_path / "dcp")
     path = next((run / "points").glob("*.json"))
     record = json.loads(path.read_text())
     assert record["reason"] == "dcp-spec-full-cudagraph" and record["reason_recorded"] == "engine-dead"
@@ -28,7 +29,7 @@ def test_a_failed_point_is_classified_again_from_its_log(tmp_path):
 
 
 def test_an_ok_point_gets_the_kv_cache_size_from_its_log(tmp_path):
-    run = shutil.copytree(EXAMPLE / "sweep", tmp_path / "sweep")
+    run = shutil.copytree(DATA / "sweep", tmp_path / "sweep")
     for path in (run / "points").glob("*.json"):
         record = json.loads(path.read_text())
         record["effective"].pop("kv_cache_tokens")
