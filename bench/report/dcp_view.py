@@ -21,6 +21,7 @@ COLUMNS = {
     "comm_ms": ("comm ms/step (modelled)", 3),
     "verify_path": ("verify path", None),
     "step_with_comm_ms": ("step + comm ms", 2),
+    "throughput_with_comm": ("tok/s with comm (modelled)", 1),
     "kv_cache_tokens": ("KV tokens (group)", 0),
     "largest_batch": ("largest batch at shape", 0),
 }
@@ -71,6 +72,10 @@ def dcp_rows(points: pd.DataFrame, models: dict[str, tuple[dict | None, dict | N
                 "comm_ms": comm_ms,
                 "verify_path": comm.verify_path if comm and comm.dcp > 1 else None,
                 "step_with_comm_ms": step + comm_ms if step is not None and comm_ms is not None else None,
+                # the measured tok/s slowed by the modelled communication: each step takes step + comm instead
+                "throughput_with_comm": r.output_throughput * step / (step + comm_ms)
+                if step and comm_ms is not None and pd.notna(r.output_throughput)
+                else None,
                 "kv_cache_tokens": cap["longest_context"],
                 "largest_batch": cap["largest_batch"],
             }
@@ -82,7 +87,9 @@ NOTE = (
     "Step p50 is measured on one GPU: with DCP N > 1 (loopback) vLLM's DCP code runs as rank 0 of N identical ranks, "
     "the collectives answered in process. `comm` is what the rank's collectives would take on "
     f"{NVLINK_8X_H200.name} ({NVLINK_8X_H200.source}), modelled from their sizes (bench/dcp_comm.py), never folded "
-    "into the measured columns; `step + comm` is their sum. `verify path` prefill-context: vLLM 0.26.0 sends the "
+    "into the measured columns; `step + comm` is their sum, and `tok/s with comm` the measured tok/s scaled by "
+    "step / (step + comm): what the deployment would serve if the communication added to every step and overlapped "
+    "nothing. `verify path` prefill-context: vLLM 0.26.0 sends the "
     "k + 1 verify tokens of a backend without DCP varlen support through the prefill path, which all-gathers the "
     "whole context in every layer. KV tokens: vLLM's 'GPU KV cache size' (the DCP group's tokens); largest batch: "
     "that over input + output tokens."

@@ -111,3 +111,20 @@ def test_dcp_rows_keeps_shapeless_points_without_modelled_columns():
     assert chat["comm_ms"] is None or math.isnan(chat["comm_ms"])
     assert chat["kv_cache_tokens"] == 1_000_000
     assert chat["largest_batch"] is None or math.isnan(chat["largest_batch"])
+
+
+def test_dcp_rows_scale_the_measured_throughput_by_the_modelled_communication():
+    import pandas as pd
+
+    from bench.report.dcp_view import dcp_rows
+
+    target = {"num_hidden_layers": 61, "num_attention_heads": 8, "kv_lora_rank": 512, "qk_rope_head_dim": 64}
+    base = {"status": "ok", "engine_id": "e", "num_speculative_tokens": 3, "output_throughput": 100.0}
+    base |= {"throughput_halfwidth": None, "step_p50_ms": 40.0, "kv_cache_tokens": None, "dcp_loopback": True}
+    base |= {"target_attention_backend_ran": "FLASHMLA", "load": "1x8192x256", "concurrency": 1}
+    base |= {"input_len": 8192, "output_len": 256}
+    rows = dcp_rows(pd.DataFrame([{**base, "dcp_size": 1}, {**base, "dcp_size": 4}]), {"e": (target, None)})
+    one, four = rows.iloc[0], rows.iloc[1]
+    assert one.throughput_with_comm == 100.0  # no communication at DCP 1
+    assert four.throughput_with_comm == pytest.approx(100.0 * 40.0 / (40.0 + four.comm_ms))
+    assert four.throughput_with_comm < 100.0
