@@ -256,6 +256,9 @@ def _flags(run, point: Point, cache: dict, trials: list[Trial]) -> list[str]:
     rate = cache.get("prefix_cache_hit_rate")
     if rate is not None and rate > PREFIX_HIT_LIMIT and not point.workload.is_text and not run.prompt_reuse:
         flags.append(f"prefix cache hit {rate:.1%} of prompt tokens in the window: prompts repeated (asked fresh)")
+    again = sum((t.load.get("samples") or {}).get("repeated") or 0 for t in trials)
+    if again:
+        flags.append(f"{again} dataset conversation(s) sent again in this results directory (the dataset ran out)")
     for t in trials:
         if t.contamination:
             kinds = ", ".join(sorted({e["kind"] for e in t.contamination}))

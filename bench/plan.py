@@ -175,6 +175,9 @@ class Plan:
     groups: list[tuple[EngineConfig, list[Point]]] = field(default_factory=list)  # runnable, in run order
     skipped: list[Point] = field(default_factory=list)
     datasets: dict[str, Dataset] = field(default_factory=dict)  # by Workload.dataset_key, loaded by load_datasets
+    # per dataset, every text point of the whole plan (before any --points selection) in id order with the
+    # conversations one of its trials asks (warm-up + measured): where each point's samples start (sample_start)
+    text_demand: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
 
     @property
     def flavor(self) -> str:
@@ -204,7 +207,30 @@ class Plan:
             [(e, pts) for e, pts in groups if pts],
             [p for p in self.skipped if keep(p)],
             self.datasets,
+            self.text_demand or self._text_demand(),
         )
+
+    def _text_demand(self) -> dict[str, tuple[tuple[str, int], ...]]:
+        demand: dict[str, dict[str, int]] = {}
+        for p in self.runnable + self.skipped:
+            if p.workload.is_text:
+                demand.setdefault(p.workload.dataset_key, {})[p.id] = p.warmup_prompts + p.num_prompts
+        return {key: tuple(sorted(points.items())) for key, points in demand.items()}
+
+    def sample_start(self, point: Point, trial: int, attempt: int, categories: int) -> int:
+        """Where (in rounds of one conversation per category) this trial's attempt starts in the run's order of
+        each category's conversations: every (point, trial, attempt) of a results directory has a stretch of its
+        own, so no conversation is sent twice unless the dataset runs out (then the order starts over, and the
+        trial records how many came round again). The same for a --points subset and a resumed run."""
+        demand = (self.text_demand or self._text_demand()).get(point.workload.dataset_key, ())
+        attempts, trials = self.profile.run.remeasure + 1, self.profile.run.repeat
+        start = 0
+        for pid, asked in demand:
+            rounds = -(-asked // max(categories, 1))
+            if pid == point.id:
+                return start + (trial * attempts + attempt) * rounds
+            start += rounds * trials * attempts
+        raise BenchError(f"point {point.id} is not a text point of this plan")
 
     def counts(self) -> dict:
         return {
@@ -397,5 +423,6 @@ def plan_sweep(
             raise BenchError("--repeat must be >= 1")
         chosen = chosen.model_copy(update={"run": chosen.run.model_copy(update={"repeat": repeat})})
     plan = make_plan(chosen, machine)
+    plan.text_demand = plan._text_demand()  # of the whole plan: a --points subset keeps the full run's stretches
     plan = plan.select(points) if points is not None else plan
     return plan if dry_run else load_datasets(plan)

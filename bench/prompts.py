@@ -8,7 +8,9 @@ run's salt (a random string written into the manifest: a resumed or repeated run
 prompts), the point id, the trial, the attempt (a re-measured window), the phase and its index; its token ids
 are drawn from a generator seeded by that name. `[run] prompt_reuse = true` names prompts by the run seed,
 input length, trial, phase and index only (the old behaviour: points of one input length share prompts), for
-studying the prefix cache itself; prefix-cache hits are then not flagged.
+studying the prefix cache itself; prefix-cache hits are then not flagged. Dataset conversations (text workloads)
+are kept apart the same way by another mechanism: a stretch of one seeded order per (point, trial, attempt)
+(bench.plan.Plan.sample_start, bench.workloads.conversation.Dataset.take).
 """
 
 from __future__ import annotations

@@ -259,9 +259,17 @@ def _text_load(tc: TrialContext, point: Point, number: int, attempt: int, marks:
     run, w = tc.plan.profile.run, point.workload
     warmup = point.warmup_prompts if number == 0 and attempt == 0 else 0
     reuse = run.prompt_reuse
-    # reuse: the seed of before the salt (run seed + 1000 x trial), so earlier runs' picks are reproduced
-    seed = run.seed + 1000 * number if reuse else int_seed(f"{tc.salt}/{point.id}/{number}/{attempt}")
-    convs = dataset_for(tc.plan, w).pick(warmup + point.num_prompts, seed=seed)
+    dataset = dataset_for(tc.plan, w)
+    samples: dict[str, Any] = {}
+    if reuse:  # the seed of before the salt (run seed + 1000 x trial), so earlier runs' picks are reproduced
+        seed = run.seed + 1000 * number
+        convs = dataset.pick(warmup + point.num_prompts, seed=seed)
+    else:  # one order per run and dataset, a stretch of it per point, trial and attempt: nothing sent twice
+        seed = int_seed(f"{tc.salt}/{point.id}/{number}/{attempt}")  # the arrival schedule's
+        start = tc.plan.sample_start(point, number, attempt, len(dataset.categories))
+        order = int_seed(f"{tc.salt}/{w.dataset_key}")
+        convs, again = dataset.take(warmup + point.num_prompts, seed=order, start=start)
+        samples = {"start_round": start, "repeated": again, "conversations": len(dataset.conversations)}
     measure = convs[warmup:]
     categories = sorted({c.category for c in measure})
     apart = not tc.request_spec and point.engine.num_speculative_tokens > 0 and len(categories) > 1
@@ -282,7 +290,8 @@ def _text_load(tc: TrialContext, point: Point, number: int, attempt: int, marks:
         on_window_start=marks.start,
         records=records,
     )
-    return {"kind": "conversations", "warmup": warmup, "concurrency": closed_loop_concurrency(point)}
+    load = {"kind": "conversations", "warmup": warmup, "concurrency": closed_loop_concurrency(point)}
+    return load | ({"samples": samples} if samples else {})
 
 
 CHECKED_LOG, CHECKED_METRICS = "server log", "preemption counter"

@@ -72,6 +72,27 @@ class Dataset(Strict):
     def categories(self) -> list[str]:
         return sorted({c.category for c in self.conversations})
 
+    def take(self, n: int, seed: int, start: int) -> tuple[list[Conversation], int]:
+        """n conversations, categories taking turns, from the run's one seeded order of each category's
+        conversations, starting at round `start` (bench.plan.Plan.sample_start gives each trial a stretch of its
+        own); and how many of them come round again because a category ran out (0 while the dataset lasts)."""
+        if n < 0 or start < 0:
+            raise ValueError("n and start must be >= 0")
+        rng = random.Random(seed)
+        by_category: dict[str, list[Conversation]] = {}
+        for conv in self.conversations:
+            by_category.setdefault(conv.category, []).append(conv)
+        order = sorted(by_category)
+        for category in order:
+            rng.shuffle(by_category[category])
+        out, again = [], 0
+        for i in range(n):
+            convs = by_category[order[i % len(order)]]
+            j = start + i // len(order)
+            again += j >= len(convs)
+            out.append(convs[j % len(convs)])
+        return out, again
+
     def pick(self, n: int, seed: int) -> list[Conversation]:
         """n conversations for a run, seeded: categories take turns (so each gets its share however few are
         asked), each category's conversations in a seeded order, starting over when a category runs out."""

@@ -44,7 +44,8 @@ shapes = ["2x8x5"]
 def profile(tmp_path, monkeypatch):
     monkeypatch.setenv("BENCH_DATASETS_CACHE", str(tmp_path / "cache"))
     jsonl = tmp_path / "data.jsonl"
-    rows = [f'{{"category": "{c}", "prompt": "{c} question {i}"}}' for c in ("a", "b") for i in range(3)]
+    # 6 a category: the point's 1 + 6 conversations take rounds 0-3 of each category's order, none sent twice
+    rows = [f'{{"category": "{c}", "prompt": "{c} question {i}"}}' for c in ("a", "b") for i in range(6)]
     jsonl.write_text("\n".join(rows) + "\n")
     path = tmp_path / "url.toml"
     path.write_text(PROFILE_TEXT.replace("JSONL", str(jsonl)))
@@ -74,6 +75,7 @@ def test_records_points_of_the_sweep_and_acceptance_per_category(profile, tmp_pa
     assert facts["speculative"] and facts["spec_positions"] == 3 and facts["request_spec"] is request_spec
     text = next(p for p in points.values() if p["label"]["workload"] == "notes")
     assert text["effective"]["source"] == "running server (load --url)" and text["mismatch"] == []
+    assert text["trials"][0]["load"]["samples"] == {"start_round": 0, "repeated": 0, "conversations": 12}
     cats = {c["category"]: c for c in text["categories"]}
     assert set(cats) == {"a", "b"}
     for c in cats.values():  # the stand-in accepts 2 of 3 draft tokens per step

@@ -49,3 +49,66 @@ def test_prompts_share_no_16_token_block_across_points():
 def test_salts_differ_and_int_seeds_are_stable():
     assert new_salt() != new_salt()
     assert int_seed("x") == int_seed("x") != int_seed("y")
+
+
+# --- dataset samples: a stretch of the run's order per point, trial and attempt --------------------------------
+
+
+def _dataset(per_category: dict[str, int]):
+    from bench.workloads.conversation import Conversation, Dataset, Provenance
+
+    convs = tuple(
+        Conversation(id=f"{cat}-{i}", category=cat, turns=(f"{cat} question {i}",))
+        for cat, n in per_category.items()
+        for i in range(n)
+    )
+    prov = Provenance(
+        kind="jsonl",
+        source="test",
+        path="-",
+        sha256="0" * 64,
+        text_sha256="0" * 64,
+        selection={},
+        count=len(convs),
+        turns=len(convs),
+        categories=per_category,
+    )
+    return Dataset(conversations=convs, provenance=prov)
+
+
+def test_stretches_of_one_order_never_overlap_until_the_dataset_runs_out():
+    data = _dataset({"a": 30, "b": 30})
+    first, again1 = data.take(10, seed=7, start=0)
+    second, again2 = data.take(10, seed=7, start=5)  # 10 conversations over 2 categories: 5 rounds
+    assert again1 == again2 == 0
+    assert not {c.id for c in first} & {c.id for c in second}
+    assert [c.category for c in first] == ["a", "b"] * 5  # categories take turns
+    late, again = data.take(10, seed=7, start=28)  # rounds 28..32 of 30: 3 rounds come round again, x 2 categories
+    assert again == 6 and {c.id for c in late[4:]} <= {c.id for c in first}
+
+
+def test_every_point_trial_and_attempt_of_a_plan_gets_its_own_stretch():
+    from types import SimpleNamespace
+
+    from bench.plan import Plan
+
+    def point(pid: str, n: int):
+        return SimpleNamespace(
+            id=pid, num_prompts=n, warmup_prompts=1, workload=SimpleNamespace(is_text=True, dataset_key="d")
+        )
+
+    run = SimpleNamespace(remeasure=1, repeat=2)
+    pts = [point("p2", 9), point("p1", 5), point("p3", 3)]
+    plan = Plan(SimpleNamespace(run=run), None, [(None, pts)])  # type: ignore[arg-type]
+    plan.text_demand = plan._text_demand()
+    stretches = []
+    for p in pts:
+        rounds = -(-(p.warmup_prompts + p.num_prompts) // 2)  # 2 categories
+        for trial in range(2):
+            for attempt in range(2):
+                start = plan.sample_start(p, trial, attempt, categories=2)
+                stretches.append(set(range(start, start + rounds)))
+    assert sum(len(s) for s in stretches) == len(set().union(*stretches)), "no round taken twice"
+    # a --points subset (or a resumed run of one point) takes the same stretch as the full plan
+    only = plan.select(["p3"])
+    assert only.sample_start(pts[2], 1, 1, categories=2) == plan.sample_start(pts[2], 1, 1, categories=2)

@@ -136,3 +136,14 @@ def test_a_window_without_a_server_log_says_it_was_not_checked(scripted):
     note = _unchecked(ok)
     assert note and note[0].startswith("**1 point(s) not checked")
     assert _unchecked(ok.iloc[[0, 2]]) == [] and _unchecked(pd.DataFrame({"x": [1]})) == []
+
+
+def test_conversations_sent_again_are_flagged():
+    run = SimpleNamespace(prompt_reuse=False)
+    point = SimpleNamespace(workload=SimpleNamespace(is_text=True))
+    trials = [SimpleNamespace(load={"samples": {"repeated": 2}}, contamination=[], discarded=[])]
+    assert E._flags(run, point, {}, trials) == [
+        "2 dataset conversation(s) sent again in this results directory (the dataset ran out)"
+    ]
+    trials[0].load["samples"]["repeated"] = 0
+    assert E._flags(run, point, {}, trials) == []
