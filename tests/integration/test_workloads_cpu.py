@@ -138,7 +138,7 @@ def test_poisson_arrivals_match_the_asked_rate(loaded):
     ]
 
 
-ADDED_SINCE = {"warmup", "cache", "contamination", "flags"}  # bench.executor.point_record
+ADDED_SINCE = {"warmup", "cache", "contamination", "contamination_checked", "flags"}  # bench.executor.point_record
 
 
 def test_records_match_the_committed_sweep(loaded):
