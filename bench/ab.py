@@ -116,9 +116,7 @@ def run_ab(
                 f"ab --rounds {rounds} --max-rounds {max_rounds}: no look can reach its spent alpha at {tests} gated "
                 "tests; raise --max-rounds"
             )
-        _, design = plan_design(max_rounds, alpha, expected_noise, max_effect, tests, correction, paired=paired)
-        looks_text = ", ".join(f"{n} ({lv:.2g})" for n, lv in levels.items())
-        design = f"sequential: looks after rounds {looks_text} (O'Brien-Fleming alpha spending); at most {design}"
+        design = sequential_design(levels, expected_noise, max_effect, tests, correction, paired)
     else:
         reachable, design = plan_design(rounds, alpha, expected_noise, max_effect, tests, correction, paired=paired)
         if not reachable:
@@ -183,6 +181,19 @@ def run_ab(
         )
         return ExitCode.OK if code != ExitCode.GATE_FAILED else code  # an A/A that "regressed" says so
     return code
+
+
+def sequential_design(
+    levels: dict[int, float], noise: float, max_effect: float, tests: int, correction: str, paired: bool
+) -> str:
+    """The sentence `ab --max-rounds` prints: its looks, and the change it detects at its last look's own level,
+    not at alpha. The levels are alpha spent in pieces, so the fixed design's figure overstates the procedure's
+    power (74% instead of 80% at 7 -> 10 rounds, 20 points: reports/examples/verdict-simulation); the last look
+    alone reaches 80% at this effect, and the earlier looks only add to it."""
+    last_round = max(levels)
+    _, design = plan_design(last_round, levels[last_round], noise, max_effect, tests, correction, paired=paired)
+    looks_text = ", ".join(f"{n} ({lv:.2g})" for n, lv in levels.items())
+    return f"sequential: looks after rounds {looks_text} (O'Brien-Fleming alpha spending); at most {design}"
 
 
 def sequential_levels(

@@ -119,7 +119,8 @@ def main() -> None:
     levels = (
         sequential_levels(args.starts, total, ALPHA, tests, args.correction, args.paired) if args.max_rounds else {}
     )
-    level = per_test_alpha(ALPHA, tests, args.correction)
+    # the level `ab` plans with: alpha, or for a sequential design the last look's (bench.ab.run_ab)
+    level = per_test_alpha(levels[max(levels)] if levels else ALPHA, tests, args.correction)
     if args.paired:  # what the paired test's table reports: the round differences carry twice the start variance
         mde = paired_detectable_effect(math.sqrt(2) * args.cv, total, 1.0, level)
     else:
