@@ -172,7 +172,7 @@ def plan_for_url(request: LoadRequest) -> Plan:
             f"{profile.name}: load --url cannot change the server's engine configuration, and the profile varies "
             f"{shown}: keep one value of each (or choose the points of one engine with --points)"
         )
-    return load_datasets(Plan(plan.profile, plan.machine, plan.groups, [], plan.datasets))
+    return load_datasets(Plan(plan.profile, plan.machine, plan.groups, [], plan.datasets, plan.text_demand))
 
 
 def remote_effective(facts: dict, engine: dict) -> tuple[dict, list[str]]:

@@ -175,8 +175,9 @@ class Plan:
     groups: list[tuple[EngineConfig, list[Point]]] = field(default_factory=list)  # runnable, in run order
     skipped: list[Point] = field(default_factory=list)
     datasets: dict[str, Dataset] = field(default_factory=dict)  # by Workload.dataset_key, loaded by load_datasets
-    # per dataset, every text point of the whole plan (before any --points selection) in id order with the
-    # conversations one of its trials asks (warm-up + measured): where each point's samples start (sample_start)
+    # per dataset, every text point of the whole plan (make_plan; subsets carry it) in id order with the
+    # conversations one of its trials asks (warm-up + measured): where each point's samples start (sample_start);
+    # a plan built by hand without it derives it from its own points
     text_demand: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
 
     @property
@@ -207,7 +208,7 @@ class Plan:
             [(e, pts) for e, pts in groups if pts],
             [p for p in self.skipped if keep(p)],
             self.datasets,
-            self.text_demand or self._text_demand(),
+            self.text_demand,
         )
 
     def _text_demand(self) -> dict[str, tuple[tuple[str, int], ...]]:
@@ -329,6 +330,7 @@ def make_plan(profile: Profile, machine: Machine) -> Plan:
         plan.skipped.extend(p for p in points if p.skip_reason)
         if runnable := [p for p in points if not p.skip_reason]:
             plan.groups.append((engine, runnable))
+    plan.text_demand = plan._text_demand()  # of the whole plan: subsets keep the full plan's stretches
     return plan
 
 
@@ -423,6 +425,5 @@ def plan_sweep(
             raise BenchError("--repeat must be >= 1")
         chosen = chosen.model_copy(update={"run": chosen.run.model_copy(update={"repeat": repeat})})
     plan = make_plan(chosen, machine)
-    plan.text_demand = plan._text_demand()  # of the whole plan: a --points subset keeps the full run's stretches
     plan = plan.select(points) if points is not None else plan
     return plan if dry_run else load_datasets(plan)

@@ -99,11 +99,11 @@ RUNTIME_CHUNK = 1 << 20
 
 
 def iter_runtime_calls(export: NsysExport, chunk: int = RUNTIME_CHUNK) -> Iterator[np.ndarray]:
-    """Every CUDA runtime and driver API call of the export, all threads, as CALL_DTYPE arrays (no end: a column costs ~15% of the scan and only
-    the start places a call in a range) of at most
-    `chunk` rows in the table's own order: one pass over the largest table of an export (a Kimi-rank capture
-    holds over a million calls, a long one tens of millions), never held whole. The consumer keeps what it
-    needs (bench.profiling.nsys_attribution.scan_calls)."""
+    """Every CUDA runtime and driver API call of the export, all threads, as CALL_DTYPE arrays of at most `chunk`
+    rows in the table's own order: one pass over the largest table of an export (a Kimi-rank capture holds over a
+    million calls, a long one tens of millions), never held whole; the consumer keeps what it needs
+    (bench.profiling.nsys_attribution.scan_calls). No end column: it costs ~15% of the scan, and a call's start
+    alone places it in a range."""
     if not export.has(RUNTIME):
         return
     rows = export.stream(f"SELECT COALESCE(globalTid, 0), start, COALESCE(correlationId, 0) FROM {RUNTIME}")

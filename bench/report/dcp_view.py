@@ -54,10 +54,11 @@ def dcp_rows(points: pd.DataFrame, models: dict[str, tuple[dict | None, dict | N
             )
         comm_ms = comm.total_s * 1e3 if comm else None
         step = r.step_p50_ms if pd.notna(r.step_p50_ms) else None
+        kv = r.kv_cache_tokens if pd.notna(r.kv_cache_tokens) else None
         cap = (
-            kv_capacity(r.kv_cache_tokens if pd.notna(r.kv_cache_tokens) else None, int(r.input_len), int(r.output_len))
+            kv_capacity(kv, int(r.input_len), int(r.output_len))
             if shaped
-            else {"longest_context": r.kv_cache_tokens if pd.notna(r.kv_cache_tokens) else None, "largest_batch": None}
+            else {"longest_context": kv, "largest_batch": None}
         )
         rows.append(
             {
