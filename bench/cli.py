@@ -64,6 +64,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         draft_keys=args.draft_keys,
         ray=args.ray,
         ray_same_nodes=args.ray_same_nodes,
+        time_budget_s=args.time_budget,
     )
     if args.dry_run:
         print(dry_run(request))
@@ -72,11 +73,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if outcome.report is not None:
         print(f"report: {outcome.report}")
     counts = outcome.counts
-    print(f"results: {outcome.root}  ({counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped)")
+    print(
+        f"results: {outcome.root}  ({counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped"
+        + (f", {outcome.left} not run: time budget spent, --resume runs them" if outcome.left else "")
+        + ")"
+    )
     if outcome.capture_error is not None:
         print(f"error: {outcome.capture_error}", file=sys.stderr)
     if counts["failed"]:
         return ExitCode.POINTS_FAILED
+    if outcome.left:
+        return ExitCode.INCOMPLETE
     return ExitCode.CAPTURE_FAILED if outcome.capture_error is not None else ExitCode.OK
 
 

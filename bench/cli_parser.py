@@ -55,6 +55,13 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     sweep.add_argument("--resume", action="store_true", help="continue the sweep in --out, skipping done points")
     sweep.add_argument("--rerun-failed", action="store_true", help="with --resume: run failed points again")
     sweep.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="end cleanly within this time: no server or point starts that cannot fit its minimum window, a window "
+        "still running near the end stops sending (stopped_by 'deadline'); exit 7 when points are left for --resume",
+    )
+    sweep.add_argument(
         "--platform",
         choices=["cpu", "gpu"],
         help="plan for this platform (default: the profile's [hardware], else this machine)",

@@ -12,6 +12,7 @@ class ExitCode(IntEnum):
     GATE_FAILED = 4
     CAPTURE_FAILED = 5
     INCONCLUSIVE = 6
+    INCOMPLETE = 7
     INTERRUPTED = 130
 
 
@@ -25,6 +26,8 @@ EXIT_CODE_MEANINGS = {
     "(3 wins when points failed too)",
     ExitCode.INCONCLUSIVE: "compare / ab: no regression found, but the data cannot rule one out: a gated metric had too "
     "few server starts, or its detectable effect exceeds --max-effect (never a pass)",
+    ExitCode.INCOMPLETE: "sweep --time-budget: the budget ran out before every point ran (--resume runs the rest; "
+    "3 wins when points failed)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGTERM); finished points are kept",
 }
 

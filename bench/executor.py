@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+MIN_POINT_MARGIN_S = 30.0  # a point's warm-up and drain, beyond its minimum window, when a time budget runs
+
 
 @dataclass(frozen=True, kw_only=True)
 class SweepContext:
@@ -44,6 +48,20 @@ class SweepContext:
     capture: Capture | None = None  # profile every point run (None: no profiling)
     server_args: tuple[str, ...] = ()  # after every server's argv (a multi-node engine on Ray: its executor)
     salt: str = ""  # names every prompt of the results directory (bench.prompts; the manifest's prompt_salt)
+    deadline: float | None = None  # time.perf_counter's value at which the time budget ends (sweep --time-budget)
+    ready_s: list[float] = field(default_factory=list)  # how long this sweep's servers took to start
+
+    def time_left(self) -> float:
+        return math.inf if self.deadline is None else self.deadline - time.perf_counter()
+
+    def can_start(self, server: bool) -> bool:
+        """Whether the time budget leaves room for a point's minimum window (`window_s`, plus a margin for its
+        warm-up and drain), and with `server` also for a start as long as the longest of this sweep (60 s before
+        one is known). Points not started keep no record: `--resume` runs them."""
+        need = self.plan.profile.run.window_s + MIN_POINT_MARGIN_S
+        if server:
+            need += max(self.ready_s, default=60.0)
+        return self.time_left() >= need
 
     def server_env(self, engine_id: str) -> dict[str, str]:
         capture = self.capture.env(engine_id) if self.capture else {}
@@ -72,6 +90,9 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
     if ctx.capture:
         spec.argv = ctx.capture.wrap(spec.argv, engine.id)
     server = Server(spec)
+    if not ctx.can_start(server=True):
+        ctx.progress.say(f"time budget: {ctx.time_left():.0f} s left, not starting the server of {len(points)} points")
+        return
     ctx.progress.starting(points[0], " ".join(spec.argv[3:]))
     try:
         try:
@@ -95,6 +116,9 @@ def run_points(ctx: SweepContext, running: RunningEngine, points: list[Point]) -
     """Run `points` one after another on `running`; when one ends the server (dead, hung), the later ones fail
     with its reason (they would have needed the same server)."""
     for i, point in enumerate(points):
+        if not ctx.can_start(server=False):
+            ctx.progress.say(f"time budget: {ctx.time_left():.0f} s left, not starting {len(points) - i} points")
+            return
         aborted = _run_point_or_abort(ctx, running, point)
         if aborted is not None:
             for p in points[i + 1 :]:
@@ -108,6 +132,7 @@ def _start(ctx: SweepContext, engine: EngineConfig, server: Server, vocab: Seque
     started = now()
     clear_records(ctx.store.root, engine.id)  # an earlier start's (resume, rerun) would pass for this one's
     ready_s = server.start(ctx.plan.profile.run.startup_timeout_s)
+    ctx.ready_s.append(ready_s)
     try:
         samples = M.parse_prometheus(M.scrape(server.base_url))
     except OSError:
@@ -142,7 +167,14 @@ def _run_point(ctx: SweepContext, running: RunningEngine, point: Point) -> None:
     ctx.progress.running(point)
     started = now()
     tc = TrialContext(
-        ctx.plan, running.server, running.model, running.vocab, ctx.salt, ctx.capture, running.request_spec
+        ctx.plan,
+        running.server,
+        running.model,
+        running.vocab,
+        ctx.salt,
+        ctx.capture,
+        running.request_spec,
+        deadline=ctx.deadline,
     )
     rows: list[dict] = []
     trials: list[Trial] = []

@@ -12,6 +12,7 @@ import datetime as dt
 import fcntl
 import logging
 import signal
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ class SweepOptions:
     capture: Capture | None = None  # profile every point run (bench.profiling.session)
     ray: str | None = None  # run the engine configs on the Ray cluster at this address (bench.distributed)
     ray_pins: Mapping[str, str] = field(default_factory=dict)  # engine id -> the only node id it may run on
+    time_budget_s: float | None = None  # stop cleanly by then: no start that cannot fit, windows cut at the end
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +67,7 @@ class SweepRequest:
     draft_keys: str = "legacy"
     ray: str | None = None  # a Ray cluster's address ("auto": RAY_ADDRESS / this node's); NxG describes one (dry run)
     ray_same_nodes: Path | None = None  # with ray: each engine config on the node that ran it in this results dir
+    time_budget_s: float | None = None  # seconds this run may take (SweepOptions.time_budget_s)
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class SweepOutcome:
     report: Path | None  # summary.md; None when building the report failed (the results are stored anyway)
     counts: dict[str, int]  # points by status: ok, failed, skipped
     capture_error: str | None = None  # with profile_points: the first failed or empty capture
+    left: int = 0  # planned points without a record: the time budget ran out before them (--resume runs them)
 
 
 def dry_run(request: SweepRequest) -> str:
@@ -89,6 +93,8 @@ def dry_run(request: SweepRequest) -> str:
 def sweep(request: SweepRequest) -> SweepOutcome:
     """Plan, run and report a sweep on this machine (or, with ray, on that cluster)."""
     pins = _pins(request)
+    if request.time_budget_s is not None and request.ray is not None:
+        raise BenchError("--time-budget is for a sweep on this machine, not with --ray")
     plan = _plan(request, dry_run=False)
     out = request.out or Path("reports") / f"{plan.profile.name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
     from bench.profiling.session import Capture, capture_problem, find_nsys
@@ -105,14 +111,17 @@ def sweep(request: SweepRequest) -> SweepOutcome:
         capture=capture,
         ray=request.ray,
         ray_pins=pins,
+        time_budget_s=request.time_budget_s,
     )
     store = run_sweep(plan, out, options)
-    records = store.points().values()
+    done = store.points()
+    records = done.values()
     statuses = [p["status"] for p in records]
     counts = {status: statuses.count(status) for status in ("ok", "failed", "skipped")}
     measured = {p["engine_id"] for p in records if p["status"] == "ok"}
     problem = capture_problem(capture.outputs, measured) if capture else None
-    return SweepOutcome(store.root, build_report_safely(store.root), counts, problem)
+    left = sum(1 for p in plan.runnable if p.id not in done)
+    return SweepOutcome(store.root, build_report_safely(store.root), counts, capture_error=problem, left=left)
 
 
 def _pins(request: SweepRequest) -> dict[str, str]:
@@ -160,6 +169,7 @@ def run_sweep(plan: Plan, out_dir: Path, options: SweepOptions | None = None) ->
 
 
 def _run_points(plan: Plan, store: SweepStore, existing: dict[str, dict], options: SweepOptions) -> None:
+    deadline = None if options.time_budget_s is None else time.perf_counter() + options.time_budget_s
     salt = _write_manifest(store, plan, options, resumed=bool(existing) or options.resume)
     for point in plan.skipped:
         if point.id not in existing:
@@ -179,6 +189,8 @@ def _run_points(plan: Plan, store: SweepStore, existing: dict[str, dict], option
         extra_env=options.extra_env,
         capture=options.capture,
         salt=salt,
+        deadline=deadline,
+        ready_s=[r["server"]["ready_s"] for r in existing.values() if (r.get("server") or {}).get("ready_s")],
     )
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:

@@ -67,6 +67,7 @@ class TrialContext:
     request_spec: bool = False  # the server reports each request's acceptance (acceptance per category from it)
     # per point: one request's lifetime at its shape (the warm-up's median), for the later trials' staggered start
     lifetimes: dict[str, float] = field(default_factory=dict)
+    deadline: float | None = None  # time.perf_counter's value at which the sweep's time budget ends (WindowRule)
 
 
 @dataclass
@@ -234,7 +235,9 @@ def _random_load(tc: TrialContext, point: Point, number: int, attempt: int, mark
         )
         return {"kind": "scheduled", "warmup": warmup}
     warmup = warmup_count(tc, point, concurrency) if first else 0
-    rule = W.WindowRule(point.num_prompts, concurrency, run.window_s, run.target_precision, run.max_window_s)
+    rule = W.WindowRule(
+        point.num_prompts, concurrency, run.window_s, run.target_precision, run.max_window_s, deadline=tc.deadline
+    )
     used: dict[str, float] = {}
 
     def stagger(warmup_rows: list[RequestRecord]) -> float:
@@ -244,6 +247,8 @@ def _random_load(tc: TrialContext, point: Point, number: int, attempt: int, mark
         if done:
             tc.lifetimes[point.id] = float(statistics.median(done))
         lifetime = tc.lifetimes.get(point.id)
+        if lifetime:  # what a window cut by the deadline leaves the requests in flight, with slack for the load
+            rule.drain_s = max(1.5 * lifetime, 5.0)
         used["stagger_s"] = lifetime / concurrency if run.stagger and lifetime and concurrency > 1 else 0.0
         return used["stagger_s"]
 

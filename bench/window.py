@@ -275,18 +275,27 @@ def live_halfwidth(
     return half_width(list(per_bin))[1]
 
 
+DEFAULT_DRAIN_S = 30.0  # what a window cut by a deadline leaves its requests in flight, before a lifetime is known
+
+
 @dataclass
 class WindowRule:
     """When a measured closed loop stops sending: after `num_prompts` requests AND `window_s` seconds AND
     `min_requests` (enough whole cycles for a precision); then, with a `target_precision`, once the live half-width
-    of the steady throughput is at most the target, or at `max_window_s` (which wins over `min_requests`). `more(i, load)` is bench.loadgen.ClosedLoop.more (i: requests sent so far; `load` has
-    `records`, `token_times`, `token_counts`); `record()` says how the window ended."""
+    of the steady throughput is at most the target, or at `max_window_s` (which wins over `min_requests`).
+    `more(i, load)` is bench.loadgen.ClosedLoop.more (i: requests sent so far; `load` has `records`, `token_times`,
+    `token_counts`); `record()` says how the window ended. With a `deadline` (time.perf_counter's value at which
+    the sweep's time budget ends, bench sweep --time-budget) it stops sending once the time left is at most
+    `drain_s` (one request's lifetime: what the requests in flight still need), whatever the floors say:
+    `stopped_by` "deadline", and the point states the precision it reached."""
 
     num_prompts: int
     concurrency: int
     window_s: float = 0.0
     target_precision: float | None = None
     max_window_s: float = 300.0
+    deadline: float | None = None
+    drain_s: float = DEFAULT_DRAIN_S
     clock: Callable[[], float] = time.perf_counter
     check_every_s: float = 1.0  # the live precision walks every chunk: at most this often
     started: float | None = None
@@ -301,6 +310,8 @@ class WindowRule:
             self.started = now
         self.sent = i
         elapsed = now - self.started
+        if self.deadline is not None and now >= self.deadline - self.drain_s:
+            return self._stop("deadline")
         if i < self.num_prompts or elapsed < self.window_s:
             return True
         if self.target_precision is not None and elapsed >= self.max_window_s:

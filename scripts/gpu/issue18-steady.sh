@@ -32,11 +32,11 @@ print(",".join(p.id for s in shapes for l in labels for p in plan.runnable if p.
 PY
 }
 sweep() {  # sweep DIR POINTS: run (or resume) those points into /tmp/res/DIR within the time left
-  local dir=/tmp/res/$1 left=$((budget - SECONDS - 25)) resume=""
+  local dir=/tmp/res/$1 left=$((budget - SECONDS - 60)) resume=""
   [ $left -gt 120 ] || { echo "== $left s left: not starting $1"; return; }
   [ -e $dir/manifest.json ] && resume=--resume
   echo "== $1 ($left s left)"
-  timeout -s TERM $left python -m bench sweep $prof ${2:+--points "$2"} --out $dir $resume 2>&1 \
+  timeout -s TERM $((left + 60)) python -m bench sweep $prof --time-budget $left ${2:+--points "$2"} --out $dir $resume 2>&1 \
     | grep -vE "^\[?(INFO|DEBUG)" | tee -a "$OUT/sweep-$1.log" | tail -20
 }
 for step in "$@"; do

@@ -27,11 +27,11 @@ print(",".join(p.id for n in sizes for s in shapes for p in plan.runnable if p.e
 PY
 }
 sweep() {  # sweep DIR POINTS ARGS...: run (or resume) those points into /tmp/res/DIR within the time left
-  local dir=/tmp/res/$1 pts=$2 left=$((budget - SECONDS - 25)) resume=""; shift 2
+  local dir=/tmp/res/$1 pts=$2 left=$((budget - SECONDS - 60)) resume=""; shift 2
   [ $left -gt 120 ] || { echo "== $left s left: not starting $dir"; return; }
   [ -e $dir/manifest.json ] && resume=--resume
   echo "== $dir ($left s left)"
-  timeout -s TERM $left python -m bench sweep $prof --points "$pts" --out $dir $resume "$@" 2>&1 \
+  timeout -s TERM $((left + 60)) python -m bench sweep $prof --time-budget $left --points "$pts" --out $dir $resume "$@" 2>&1 \
     | grep -vE "^\[?(INFO|DEBUG)" | tee -a "$OUT/sweep-$(basename $dir).log" | tail -20
 }
 for step in "$@"; do

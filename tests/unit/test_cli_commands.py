@@ -45,6 +45,12 @@ def test_sweep_request_from_argv_and_exit_codes(sweep_calls, capsys, tmp_path):
     assert main(["sweep"]) == 0
     assert sweep_calls["request"].profile is None and sweep_calls["request"].points is None
     assert capsys.readouterr().out.splitlines() == [f"results: {tmp_path}  (2 ok, 0 failed, 0 skipped)"]
+    sweep_calls["outcome"] = SweepOutcome(tmp_path, None, {"ok": 2, "failed": 0, "skipped": 0}, left=3)
+    assert main(["sweep", "--time-budget", "90"]) == 7, "points left by the budget: not a success"
+    assert sweep_calls["request"].time_budget_s == 90.0
+    assert "3 not run: time budget spent, --resume runs them" in capsys.readouterr().out
+    sweep_calls["outcome"] = SweepOutcome(tmp_path, None, {"ok": 2, "failed": 1, "skipped": 0}, left=3)
+    assert main(["sweep", "--time-budget", "90"]) == 3, "failed points win"
 
 
 @pytest.fixture

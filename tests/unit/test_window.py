@@ -276,3 +276,17 @@ def test_the_cap_wins_over_the_floor():
     assert rule.more(0, _load([], 0.0))
     clock.t = 5.0
     assert not rule.more(3, _load([], 5.0)) and rule.record()["stopped_by"] == "cap"
+
+
+def test_a_deadline_stops_sending_one_drain_before_it_whatever_the_floors_say():
+    """sweep --time-budget: the window stops once the time left is at most one request's lifetime (drain_s), even
+    below num_prompts, window_s and the 5 x C floor, and says so; without a deadline the same calls go on."""
+    clock = Clock()
+    rule = W.WindowRule(100, 4, window_s=60.0, target_precision=0.02, deadline=50.0, drain_s=8.0, clock=clock)
+    free = W.WindowRule(100, 4, window_s=60.0, target_precision=0.02, clock=clock)
+    assert rule.more(0, _load([], 0.0)) and free.more(0, _load([], 0.0))
+    clock.t = 41.9
+    assert rule.more(10, _load([], 41.9))
+    clock.t = 42.0
+    assert not rule.more(11, _load([], 42.0)) and rule.record()["stopped_by"] == "deadline"
+    assert free.more(11, _load([], 42.0)) and free.record()["stopped_by"] is None
