@@ -164,7 +164,8 @@ def _profile_analyze(args: argparse.Namespace) -> int:
     if args.file is None:
         raise BenchError("profile analyze needs FILE (an nsys .sqlite or .sqlite.xz export)")
     export = Path(args.file)
-    result = analyze(export, args.out or export.parent / (export.name.split(".")[0] + "-analysis"))
+    out = args.out or export.parent / (export.name.split(".")[0] + "-analysis")
+    result = analyze(export, out, plot=not args.no_plot, verify=args.verify)
     for name, path in result["paths"].items():
         print(f"{name}: {path}")
     for warning in result["warnings"]:

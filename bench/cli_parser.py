@@ -118,6 +118,15 @@ def _add_profile(sub: argparse._SubParsersAction) -> None:
         "--num-prompts", type=int, help="measured requests (default: the point's; fewer = a smaller trace)"
     )
     prof.add_argument("--quiet", action="store_true")
+    prof.add_argument(
+        "--no-plot", action="store_true", help="with 'analyze': tables only, no range-breakdown PNG (saves ~1 s)"
+    )
+    prof.add_argument(
+        "--verify",
+        action="store_true",
+        help="with 'analyze': check the whole SQLite file first (PRAGMA quick_check, ~5 ms per MB); without it a "
+        "corrupt page is still reported when the analysis reads it",
+    )
     _add_ray(prof, "run the point", "; nsys is the node's (or --nsys PATH there), else the timing mode")
 
 

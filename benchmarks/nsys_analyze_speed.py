@@ -13,7 +13,8 @@ export (15.1M calls, 2.97M kernels) for the memory bound.
     python benchmarks/nsys_analyze_speed.py [--copies 4] [--windows 150] [--repeat 3] [--nsys PATH]
         [--taskset 0,1] [--keep DIR] [--out FILE.json]
 
-Each tool runs `--repeat` times in a fresh process (imports included, as a user runs it), alternating, pinned to
+bench runs as a user runs it (tables and the range-breakdown PNG) and with `--no-plot` (tables only, as nsys
+stats gives). Each tool runs `--repeat` times in a fresh process (imports included, as a user runs it), alternating, pinned to
 `--taskset` cores when given; peak RSS is the child's ru_maxrss. Without nsys (this is a CPU machine, or nsys not
 found) only bench's side is measured and the JSON says so. Prints one JSON document.
 """
@@ -155,12 +156,16 @@ def nsys_proj(stdout: str) -> dict[str, dict]:
 
 
 def bench_proj(summary_csv: Path) -> dict[str, dict]:
-    """The same figures from bench's summary: ranges with GPU work and the sum of their GPU spans."""
+    """The same figures from bench's summary: ranges with GPU work and the sum of their GPU spans, keyed as nsys
+    names a range: DOMAIN:NAME, or NAME in the default domain."""
     import pandas as pd
 
-    s = pd.read_csv(summary_csv)
+    s = pd.read_csv(summary_csv, keep_default_na=False)
     return {
-        str(r.name): {"total_proj_ns": float(r.gpu_span_ns_mean * r["count"]), "proj_instances": int(r.ranges_with_gpu)}
+        (f"{r['domain']}:{r['name']}" if r["domain"] else str(r["name"])): {
+            "total_proj_ns": float(r["gpu_span_ns_mean"] * r["count"]),
+            "proj_instances": int(r["ranges_with_gpu"]),
+        }
         for _, r in s.iterrows()
     }
 
@@ -183,19 +188,20 @@ def main(argv: list[str] | None = None) -> int:
     facts["make_s"] = round(time.perf_counter() - t0, 1)
     print(f"export: {facts}", file=sys.stderr)
     nsys = find_nsys(args.nsys)
-    runs: dict[str, list[dict]] = {"bench": [], "nsys": []}
+    runs: dict[str, list[dict]] = {"bench": [], "bench_no_plot": [], "nsys": []}
     analysis = work / "analysis"
     for i in range(args.repeat):
-        r = timed(
-            [sys.executable, "-m", "bench", "profile", "analyze", str(export), "--out", str(analysis)],
-            args.taskset,
-            ROOT,
-        )
-        runs["bench"].append(
-            {k: v for k, v in r.items() if k != "stdout"}
-            | {"bench_timing_s": json.loads((analysis / "nsys_meta.json").read_text()).get("timing_s")}
-        )
-        print(f"bench run {i + 1}: {r['wall_s']} s", file=sys.stderr)
+        for side, extra in (("bench", []), ("bench_no_plot", ["--no-plot"])):
+            r = timed(
+                [sys.executable, "-m", "bench", "profile", "analyze", str(export), "--out", str(analysis), *extra],
+                args.taskset,
+                ROOT,
+            )
+            runs[side].append(
+                {k: v for k, v in r.items() if k != "stdout"}
+                | {"bench_timing_s": json.loads((analysis / "nsys_meta.json").read_text()).get("timing_s")}
+            )
+            print(f"{side} run {i + 1}: {r['wall_s']} s", file=sys.stderr)
         if nsys:
             cmd = [nsys, "stats", "-q", "--format", "csv", "-r", "nvtx_gpu_proj_sum,nvtx_sum", str(export)]
             n = timed(cmd, args.taskset, work)
@@ -210,10 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "median_wall_s": med,
         "ratio_bench_over_nsys": round(med["bench"] / med["nsys"], 3) if "nsys" in med else None,
+        "ratio_bench_no_plot_over_nsys": round(med["bench_no_plot"] / med["nsys"], 3) if "nsys" in med else None,
     }
     if nsys:
         ours, theirs = bench_proj(analysis / "nsys_summary.csv"), nsys_proj(nsys_out)
         both = sorted(set(ours) & set(theirs))
+        result["nsys_stdout_head"] = nsys_out.splitlines()[:40]  # the format the cross-check parses
         result["cross_check"] = {
             "ranges_compared": len(both),
             "only_bench": sorted(set(ours) - set(theirs)),

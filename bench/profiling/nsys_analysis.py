@@ -217,15 +217,18 @@ def write_tables(result: NsysAnalysis, out_dir: str | Path) -> dict[str, Path]:
     return paths
 
 
-def analyze(path: str | Path, out_dir: str | Path) -> dict:
-    """`python -m bench profile analyze FILE`: analyze an export, write tables + plot, return paths and
-    headline figures (JSON-serializable)."""
-    from bench.profiling.plot import plot_range_breakdown
-
+def analyze(path: str | Path, out_dir: str | Path, *, plot: bool = True, verify: bool = False) -> dict:
+    """`python -m bench profile analyze FILE`: analyze an export, write tables (+ the plot), return paths and
+    headline figures (JSON-serializable). Without `verify` no PRAGMA quick_check runs over the whole file first
+    (a third of a second on a Kimi-rank export): a corrupt page the analysis reads still ends it with the one-line
+    error (NsysExport.reading), and one it does not read cannot change its figures."""
     t0 = time.perf_counter()
-    result = analyze_file(path)
+    result = analyze_file(path, verify=verify)
     paths = write_tables(result, out_dir)
-    paths["plot_png"] = plot_range_breakdown(result.summary, Path(out_dir) / "nsys_range_breakdown.png")
+    if plot:  # matplotlib's import and the PNG are a third of the command's time on a Kimi-rank export
+        from bench.profiling.plot import plot_range_breakdown
+
+        paths["plot_png"] = plot_range_breakdown(result.summary, Path(out_dir) / "nsys_range_breakdown.png")
     s = result.summary
     top = [
         {

@@ -382,3 +382,22 @@ def test_runtime_scan_in_small_chunks_gives_the_same_tables(vllm_sqlite, vllm, m
     for name in ("ranges", "kernels", "summary"):
         pd.testing.assert_frame_equal(getattr(chunked, name), getattr(vllm, name))
     assert chunked.warnings == vllm.warnings
+
+
+def test_corrupt_pages_without_the_upfront_check_end_the_analysis_with_one_line(tmp_path):
+    """`profile analyze` skips PRAGMA quick_check unless --verify: the same damaged file still fails, when the
+    analysis reads the damaged pages, with the one-line error; with verify it fails before reading."""
+    path = writable_copy(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[20 * 4096 : 25 * 4096] = b"\xff" * (5 * 4096)
+    path.write_bytes(bytes(data))
+    for verify, match in ((False, "cannot read the export|corrupt SQLite file"), (True, "corrupt SQLite file")):
+        with pytest.raises(BenchError, match=match) as info:
+            analyze(path, tmp_path / f"out-{verify}", verify=verify)
+        assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_analyze_without_the_plot_writes_the_tables_only(tmp_path):
+    out = analyze(MATMUL, tmp_path / "a", plot=False)
+    assert "plot_png" not in out["paths"] and not (tmp_path / "a" / "nsys_range_breakdown.png").exists()
+    assert (tmp_path / "a" / "nsys_summary.csv").exists()
