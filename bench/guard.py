@@ -26,19 +26,26 @@ import sys
 import time
 from collections.abc import Callable
 
+import psutil
+
 FIRST_SHARE = 0.5  # of the grace period, for the API server to stop its engine before the group gets SIGTERM
+
+
+def group_members(pgid: int) -> list[int]:
+    """The pids of process group `pgid`, sorted (psutil's process list; one that exits meanwhile is skipped)."""
+    out = []
+    for pid in psutil.pids():
+        try:
+            if os.getpgid(pid) == pgid:
+                out.append(pid)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return sorted(out)
 
 
 def group_gone(pgid: int, but: int | None = None) -> bool:
     """No process of group `pgid` is left (`but`: not counting that one, the caller itself)."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != but:
-            try:
-                if os.getpgid(int(entry)) == pgid:
-                    return False
-            except (ProcessLookupError, PermissionError):
-                continue
-    return True
+    return all(pid == but for pid in group_members(pgid))
 
 
 def wait_until(done: Callable[[], bool], timeout_s: float) -> bool:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import math
-import re
 import urllib.request
 
 import numpy as np
 
 from bench import window as W
+from bench.errors import BenchError
 
-_LINE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 SPEC_COUNTERS = {
     "drafts": "vllm:spec_decode_num_drafts_total",
     "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
@@ -56,17 +54,19 @@ def vllm_has_request_spec_metrics() -> bool:
 
 
 def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
-    out = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _LINE_RE.match(line)
-        if m:
-            try:
-                out.append((m.group(1), dict(_LABEL_RE.findall(m.group(2) or "")), float(m.group(3))))
-            except ValueError:
-                continue
-    return out
+    """(sample name, labels, value) of every sample in a Prometheus text exposition (prometheus_client's
+    parser: counters keep their `_total` sample names, histograms their `_bucket` / `_sum` / `_count`). A page
+    that does not parse is a server problem worth its own error, not an empty reading."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        return [
+            (s.name, dict(s.labels), float(s.value))
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+        ]
+    except ValueError as exc:
+        raise BenchError(f"the server's /metrics page does not parse as Prometheus text ({exc})") from exc
 
 
 def scrape(base_url: str, timeout: float = 10) -> str:

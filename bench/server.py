@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+import psutil
+
 from bench.failures import classify_log
-from bench.guard import stop_group, wait_until
+from bench.guard import group_members, stop_group, wait_until
 from bench.store import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -247,15 +249,7 @@ def _signal_pid(pid: int, sig: int) -> None:
 
 
 def group_pids(pgid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.getpgid(int(entry.name)) == pgid:
-                    out.append(int(entry.name))
-            except (ProcessLookupError, PermissionError):
-                pass
-    return sorted(out)
+    return group_members(pgid)
 
 
 def _group_gone(pgid: int) -> bool:
@@ -303,12 +297,12 @@ def stop_leftover_servers(logs_dir: Path) -> list[int]:
 
 
 def _group_mentions(pgid: int, marker: str) -> bool:
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    """Whether a process of group `pgid` has `marker` (NAME=VALUE) in its environment."""
+    name, _, value = marker.partition("=")
+    for pid in group_members(pgid):
         try:
-            if os.getpgid(int(entry.name)) == pgid and marker.encode() in (entry / "environ").read_bytes():
+            if psutil.Process(pid).environ().get(name) == value:
                 return True
-        except (ProcessLookupError, PermissionError, FileNotFoundError):
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return False

@@ -83,8 +83,13 @@ def analyze_export(export: db.NsysExport) -> NsysAnalysis:
     ranges, open_ranges = rd.read_nvtx_ranges(export)
     tids = sorted(ranges["global_tid"].unique().tolist())
     pids = sorted({int(rd.global_pid(t)) for t in tids})
-    acts = rd.read_gpu_activities(export, pids)
-    scan = scan_calls(ranges, rd.iter_runtime_calls(export), acts)
+    conn = export.reopen()  # the API-call scan runs in another thread, on its own connection
+    try:
+        with rd.Prefetch(lambda: rd.iter_runtime_calls(export, conn=conn)) as calls:
+            acts = rd.read_gpu_activities(export, pids)  # meanwhile: the first chunks are being read
+            scan = scan_calls(ranges, calls, acts)
+    finally:
+        conn.close()
     t1 = time.perf_counter()
     ranges, pairs, acts = attribute(ranges, scan, acts)
     kernels = kernel_breakdown(ranges, pairs, acts)

@@ -7,9 +7,12 @@ The schema facts these queries rely on are in `nsys_sqlite`'s docstring.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterable, Iterator, Sequence
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -25,6 +28,8 @@ from bench.profiling.nsys_sqlite import (
     TID_MASK,
     NsysExport,
 )
+
+T = TypeVar("T")
 
 
 def global_pid(global_tid):
@@ -96,22 +101,25 @@ def read_nvtx_ranges(export: NsysExport) -> tuple[pd.DataFrame, int]:
 CALL_DTYPE = np.dtype([("global_tid", np.int64), ("start_ns", np.int64), ("correlation_id", np.int64)])
 #: Rows per chunk of the runtime scan: 1M calls are 32 MB of numpy, the memory the scan holds at once.
 RUNTIME_CHUNK = 1 << 20
+#: Rows per window of a GPU table read (8 columns: 256k rows are ~30 MB of text while one window is parsed).
+GPU_CHUNK = 1 << 18
 
 
-def iter_runtime_calls(export: NsysExport, chunk: int = RUNTIME_CHUNK) -> Iterator[np.ndarray]:
+def iter_runtime_calls(
+    export: NsysExport, chunk: int = RUNTIME_CHUNK, conn: sqlite3.Connection | None = None
+) -> Iterator[np.ndarray]:
     """Every CUDA runtime and driver API call of the export, all threads, as CALL_DTYPE arrays of at most `chunk`
     rows in the table's own order: one pass over the largest table of an export (a Kimi-rank capture holds over a
     million calls, a long one tens of millions), never held whole; the consumer keeps what it needs
     (bench.profiling.nsys_attribution.scan_calls). No end column: it costs ~15% of the scan, and a call's start
-    alone places it in a range."""
+    alone places it in a range. `conn`: read through this connection (NsysExport.reopen, for another thread)."""
     if not export.has(RUNTIME):
         return
-    rows = export.stream(f"SELECT COALESCE(globalTid, 0), start, COALESCE(correlationId, 0) FROM {RUNTIME}")
-    while True:
-        with export.reading():
-            block = np.fromiter(itertools.islice(rows, chunk), dtype=CALL_DTYPE)
-        if not len(block):
-            return
+    exprs = ["COALESCE(globalTid, 0)", "start", "COALESCE(correlationId, 0)"]
+    for cols in export.int_columns(RUNTIME, exprs, chunk=chunk, conn=conn):
+        block = np.empty(len(cols), dtype=CALL_DTYPE)
+        for i, name in enumerate(CALL_DTYPE.names or ()):
+            block[name] = cols[:, i]
         yield block
 
 
@@ -186,13 +194,18 @@ def _read_gpu_table(export: NsysExport, table: str, kind: str, global_pids: Sequ
     }[kind]
     cols = [c if c in have else "0" for c in ("deviceId", "streamId")] + extra
     marks = ",".join("?" * len(global_pids))
-    cursor = export.stream(
-        f"SELECT {', '.join(f'COALESCE({c}, 0)' for c in ['globalPid', 'correlationId', 'start', 'end', *cols])} "
-        f"FROM {table} WHERE globalPid IN ({marks}) AND NOT (start = 0 AND end = 0)",
-        [int(g) for g in global_pids],
-    )
-    with export.reading():
-        raw = np.fromiter(cursor, dtype=_GPU_RAW)
+    exprs = [f"COALESCE({c}, 0)" for c in ["globalPid", "correlationId", "start", "end", *cols]]
+    where = f"globalPid IN ({marks}) AND NOT (start = 0 AND end = 0)"
+    blocks = list(export.int_columns(table, exprs, where, [int(g) for g in global_pids], chunk=GPU_CHUNK))
+    raw = np.empty(sum(len(b) for b in blocks), dtype=_GPU_RAW)
+    fields = raw.dtype.names or ()
+    at = 0
+    blocks.reverse()
+    while blocks:  # each window freed as it is copied: the rows are held about once, not twice
+        b = blocks.pop()
+        for i, name in enumerate(fields):
+            raw[name][at : at + len(b)] = b[:, i]
+        at += len(b)
     if not len(raw):
         return None
     n = len(raw)
@@ -254,3 +267,56 @@ def range_label(domain: str, name: str) -> str:
     if not domain or str(name).startswith(f"{domain}:"):
         return str(name) or "(unnamed)"
     return f"{name} [{domain}]"
+
+
+class Prefetch(Generic[T]):
+    """The items of `make()`, produced by a background thread (started at once) at most `depth` ahead of the
+    consumer, so that SQLite's scan, which runs without the GIL, overlaps what the caller does meanwhile (reading
+    the GPU tables, then each previous chunk's numpy work). An exception in the producer is raised to the
+    consumer at that point of the sequence. Use as a context manager: leaving it stops the producer and waits
+    for it, also when the consumer stopped early."""
+
+    _DONE = object()
+
+    def __init__(self, make: Callable[[], Iterator[T]], depth: int = 2) -> None:
+        self._items: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._worker = threading.Thread(target=self._produce, args=(make,), name="bench-nsys-prefetch", daemon=True)
+        self._worker.start()
+
+    def _put(self, entry: tuple) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._items.put(entry, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _produce(self, make: Callable[[], Iterator[T]]) -> None:
+        try:
+            for item in make():
+                if not self._put((item, None)):
+                    return
+            self._put((self._DONE, None))
+        except BaseException as exc:  # raised to the consumer, in order
+            self._put((self._DONE, exc))
+
+    def __iter__(self) -> Iterator[T]:
+        while True:
+            item, exc = self._items.get()
+            if exc is not None:
+                raise exc
+            if item is self._DONE:
+                return
+            yield item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._worker.join()
+
+    def __enter__(self) -> Prefetch[T]:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -29,6 +29,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from bench.errors import BenchError
 
 #: Export schema versions (META_DATA_EXPORT.EXPORT_SCHEMA_VERSION) whose layout this reader was checked on.
@@ -129,6 +131,56 @@ class NsysExport:
         as a list of tuples). Read it inside `reading()` so that a failure part-way is named as in query()."""
         with self.reading():
             return self.conn.execute(sql, params)
+
+    def reopen(self) -> sqlite3.Connection:
+        """Another read-only connection to the same file, for a reader in another thread (a connection belongs
+        to the thread that made it); the caller closes it."""
+        return sqlite3.connect(self.db_path.resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False)
+
+    def int_columns(
+        self,
+        table: str,
+        exprs: Sequence[str],
+        where: str = "",
+        params: Sequence = (),
+        chunk: int = 1 << 20,
+        conn: sqlite3.Connection | None = None,
+    ) -> Iterator[np.ndarray]:
+        """The integer expressions `exprs` over `table`'s rows (optionally `where`), as (n, len(exprs)) int64
+        arrays of at most `chunk` rows, a window of rowids at a time, in the table's order.
+
+        SQLite builds each column of a window as one comma-separated string (group_concat) and numpy parses it:
+        the per-row Python tuples of a cursor (the bulk of the time on a million-row table) are never made,
+        and SQLite's step runs without the GIL. Every expression must be an integer that is never NULL (wrap
+        nullable columns in COALESCE); a window whose columns parse to different lengths is an error, not a
+        silent shift. `conn`: read through this connection (reopen()) instead of the export's own."""
+        conn = conn or self.conn
+        cond = f" AND ({where})" if where else ""
+        cols = ", ".join(f"group_concat({e})" for e in exprs)
+        with self.reading():
+            lo, hi = conn.execute(f"SELECT MIN(rowid), MAX(rowid) FROM {table}").fetchone()
+            if lo is None:
+                return
+            for first in range(int(lo), int(hi) + 1, chunk):
+                row = conn.execute(
+                    f"SELECT COUNT(*), {cols} FROM {table} WHERE rowid >= ? AND rowid < ?{cond}",
+                    (first, first + chunk, *params),
+                ).fetchone()
+                if not row[0]:
+                    continue
+                block = np.empty((row[0], len(exprs)), np.int64)
+                for i, text in enumerate(row[1:]):
+                    try:
+                        values = np.fromstring(text, dtype=np.int64, sep=",")
+                    except ValueError:  # numpy 2: text that does not parse to the end
+                        values = np.empty(0, np.int64)
+                    if len(values) != row[0]:
+                        raise BenchError(
+                            f"{self.path}: {table}.{exprs[i]} holds a value that is not an integer "
+                            f"(rowids {first}-{first + chunk - 1}); this export layout is not supported"
+                        )
+                    block[:, i] = values
+                yield block
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[None]:

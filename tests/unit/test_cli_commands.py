@@ -108,13 +108,16 @@ def test_profile_analyze_needs_a_file(capsys):
 def test_profile_analyze_default_out(monkeypatch, tmp_path, capsys):
     seen = {}
 
-    def fake_analyze(path, out):
+    def fake_analyze(path, out, plot=True, verify=False):
         seen["args"] = (Path(path), Path(out))
+        seen["options"] = (plot, verify)
         return {"paths": {"summary": Path(out) / "summary.csv"}, "warnings": ["few ranges"]}
 
     monkeypatch.setattr("bench.profiling.nsys_analysis.analyze", fake_analyze)
     export = tmp_path / "capture-e1.sqlite.xz"
     assert main(["profile", "analyze", str(export)]) == 0
-    assert seen["args"] == (export, tmp_path / "capture-e1-analysis")
+    assert seen["args"] == (export, tmp_path / "capture-e1-analysis") and seen["options"] == (True, False)
     out, err = capsys.readouterr()
     assert out == f"summary: {tmp_path / 'capture-e1-analysis' / 'summary.csv'}\n" and err == "warning: few ranges\n"
+    assert main(["profile", "analyze", str(export), "--no-plot", "--verify"]) == 0
+    assert seen["options"] == (False, True)

@@ -4,6 +4,7 @@ import pytest
 
 from bench import metrics as M
 from bench.effective import mismatches, read_effective
+from bench.errors import BenchError
 from bench.failures import classify_log
 from bench.server import server_argv
 
@@ -162,3 +163,20 @@ def test_server_argv_maps_vllm_names():
     assert "--enforce-eager" in argv and "--trust-remote-code" not in argv
     assert argv[argv.index("--compilation-config") + 1] == '{"mode": 0}'
     assert argv[argv.index("--speculative-config") + 1] == '{"method": "eagle3"}'
+
+
+def test_prometheus_text_through_prometheus_clients_parser():
+    """Label values unescaped, histogram and counter samples under their sample names; a page that does not parse
+    is an error naming /metrics, not an empty reading that would pass for 'no counters'."""
+    page = (
+        "# TYPE vllm:e2e_request_latency_seconds histogram\n"
+        'vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"} 4.0\n'
+        'vllm:e2e_request_latency_seconds_count{model_name="m"} 4.0\n'
+        "# TYPE vllm:prefix_cache_hits counter\n"
+        'vllm:prefix_cache_hits_total{model_name="a \\"q\\" b"} 7.0\n'
+    )
+    samples = M.parse_prometheus(page)
+    assert ("vllm:prefix_cache_hits_total", {"model_name": 'a "q" b'}, 7.0) in samples
+    assert ("vllm:e2e_request_latency_seconds_count", {"model_name": "m"}, 4.0) in samples
+    with pytest.raises(BenchError, match="/metrics page does not parse"):
+        M.parse_prometheus('vllm:x{model_name="m" 1.0\n')

@@ -371,8 +371,8 @@ def test_runtime_scan_in_small_chunks_gives_the_same_tables(vllm_sqlite, vllm, m
     seen: list[int] = []
     real = nsys_readers.iter_runtime_calls
 
-    def small(export, chunk=nsys_readers.RUNTIME_CHUNK):
-        for block in real(export, chunk=997):
+    def small(export, chunk=nsys_readers.RUNTIME_CHUNK, conn=None):
+        for block in real(export, chunk=997, conn=conn):
             seen.append(len(block))
             yield block
 
