@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError, ExitCode
+from bench.fmt import md_rows
 from bench.hardware import detect_machine
 from bench.stats import CPU_AA_BETWEEN_CV, look_level, plan_design
 
@@ -156,9 +157,8 @@ def run_ab(
     if ray is not None:
         text += ab_rounds.nodes_markdown(out, len(list((out / "baseline").glob("round-*"))))
     if looks:
-        text += "\n## Sequential looks\n\n| rounds | level | exit | outcome |\n|---|---|---|---|\n" + "".join(
-            f"| {k['rounds']} | {k['level']:.3g} | {k['exit']} | {k['outcome']} |\n" for k in looks
-        )
+        rows = ([k["rounds"], f"{k['level']:.3g}", k["exit"], k["outcome"]] for k in looks)
+        text += "\n## Sequential looks\n\n" + "\n".join(md_rows(["rounds", "level", "exit", "outcome"], rows)) + "\n"
     atomic_write_bytes(out / "compare.md", text.encode())
     print(text)
     code, line = outcome(result)

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError, ExitCode
-from bench.fmt import fmt, is_missing
+from bench.fmt import fmt, is_missing, md_rows
 from bench.metrics import request_latencies
 from bench.stats import CORRECTIONS, Comparison, compare_servers, decide, per_test_alpha
 from bench.store import SweepStore
@@ -315,14 +315,9 @@ def compare_markdown(result: dict) -> str:
         "",
     ]
     if not f.empty:
-        lines += [
-            "### Failed or missing in the candidate",
-            "",
-            "| point | problem | detail | gates |",
-            "|---|---|---|---|",
-        ]
-        lines += [f"| {r.label} | {r.problem} | {r.detail} | {'yes' if r.gated else 'no'} |" for r in f.itertuples()]
-        lines.append("")
+        lines += ["### Failed or missing in the candidate", ""]
+        rows = ([r.label, r.problem, r.detail, "yes" if r.gated else "no"] for r in f.itertuples())
+        lines += [*md_rows(["point", "problem", "detail", "gates"], rows), ""]
     if t.empty:
         lines += ["No point ran ok on both sides: nothing was compared.", ""]
         return "\n".join(lines)
@@ -331,10 +326,7 @@ def compare_markdown(result: dict) -> str:
 
 
 def _verdict_table(t: pd.DataFrame) -> list[str]:
-    lines = [
-        "| point | servers | output tok/s ratio [95% CI] | TPOT ratio [95% CI] | verdict |",
-        "|---|---|---|---|---|",
-    ]
+    rows = []
     for _pid, grp in t.groupby("point_id", sort=False):
         by = {r.metric: r for r in grp.itertuples()}
         thr = by.get("output_throughput")
@@ -345,8 +337,9 @@ def _verdict_table(t: pd.DataFrame) -> list[str]:
             else "; ".join(f"{GATED_NAMES[m]}: {_verdict_cell(by[m])}" for m in GATED if m in by)
         )
         n = f"{thr.n_base}/{thr.n_cand}" if thr is not None else "-"
-        lines.append(f"| {grp.label.iloc[0]} | {n} | {_ratio(thr)} | {_ratio(by.get('tpot_ms'))} | {verdict} |")
-    return lines
+        rows.append([grp.label.iloc[0], n, _ratio(thr), _ratio(by.get("tpot_ms")), verdict])
+    headers = ["point", "servers", "output tok/s ratio [95% CI]", "TPOT ratio [95% CI]", "verdict"]
+    return md_rows(headers, rows)
 
 
 def _noise_lines(t: pd.DataFrame) -> list[str]:
@@ -361,30 +354,29 @@ def _noise_lines(t: pd.DataFrame) -> list[str]:
 
 
 def _details(t: pd.DataFrame, d: pd.DataFrame) -> list[str]:
-    lines = [
-        "",
-        "<details><summary>Every metric</summary>",
-        "",
-        "| point | metric | baseline | candidate | ratio [95% CI] | p | p adjusted | servers | between CV | within CV | detectable | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    headers = [
+        *("point", "metric", "baseline", "candidate", "ratio [95% CI]", "p", "p adjusted", "servers"),
+        *("between CV", "within CV", "detectable", "verdict"),
     ]
-    for r in t.itertuples():
-        lines.append(
-            f"| {r.label} | {r.metric} | {fmt(r.baseline, '.4g')} | {fmt(r.candidate, '.4g')} | {_ratio(r)} | "
-            f"{fmt(r.p_value, '.3g')} | {fmt(r.p_adjusted, '.3g')} | {r.n_base}/{r.n_cand} | {fmt(r.between_cv, '.1%')} | "
-            f"{fmt(r.within_cv, '.1%')} | {fmt(r.mde, '.1%')} | {r.verdict} |"
-        )
+    rows = (
+        [
+            *(r.label, r.metric, fmt(r.baseline, ".4g"), fmt(r.candidate, ".4g"), _ratio(r), fmt(r.p_value, ".3g")),
+            *(fmt(r.p_adjusted, ".3g"), f"{r.n_base}/{r.n_cand}", fmt(r.between_cv, ".1%")),
+            *(fmt(r.within_cv, ".1%"), fmt(r.mde, ".1%"), r.verdict),
+        ]
+        for r in t.itertuples()
+    )
+    lines = ["", "<details><summary>Every metric</summary>", "", *md_rows(headers, rows)]
     if not d.empty:
         lines += [
             "",
             "Throughput ratio = acceptance factor (mean acceptance length ratio) x system factor "
             "(engine step rate ratio):",
             "",
-            "| point | throughput | acceptance | system |",
-            "|---|---|---|---|",
         ]
-        lines += [
-            f"| {r.label} | {fmt(r.throughput_ratio, '.3f')} | {fmt(r.acceptance_factor, '.3f')} | {fmt(r.system_factor, '.3f')} |"
+        rows = (
+            [r.label, fmt(r.throughput_ratio, ".3f"), fmt(r.acceptance_factor, ".3f"), fmt(r.system_factor, ".3f")]
             for r in d.itertuples()
-        ]
+        )
+        lines += md_rows(["point", "throughput", "acceptance", "system"], rows)
     return [*lines, "", "</details>", ""]

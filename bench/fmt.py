@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
@@ -42,3 +43,13 @@ def human_bytes(n: float) -> str:
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.2f} {unit}"
         n /= 1000
     raise AssertionError("unreachable: the last unit always returns")
+
+
+def md_rows(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    """The suite's one markdown table writer: header, separator and one line per row, cells already text (or
+    printed with str()), as lines for the caller to join."""
+    return [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join("---" for _ in headers) + "|",
+        *("| " + " | ".join(str(c) for c in row) + " |" for row in rows),
+    ]

@@ -47,6 +47,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.fmt import md_rows
+
 REPO = Path(__file__).resolve().parents[1]
 CLIENTS = ("bench", "vllm")
 # The compared figures: (key, label, format). Ratios are bench / vllm.
@@ -264,17 +266,16 @@ def round_table(r: dict) -> str:
     """One round as a markdown table: a row per client in the order they ran (bench's headline window named),
     bench's whole window when its headline is another, then the ratio rows."""
     cols = [("client", ""), ("ran", ""), ("window", "")] + [(label, spec) for _, label, spec in METRICS + INFO]
-    lines = ["| " + " | ".join(c for c, _ in cols) + " |", "|" + "---|" * len(cols)]
+    rows = []
     blank = [""] * len(INFO)
     for position, client in enumerate(r["order"], 1):
         fig = r[client]
         cells = [client, str(position), fig.get("window") or "whole"]
-        cells += [_fmt(fig.get(k), s) for k, _, s in METRICS + INFO]
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append(cells + [_fmt(fig.get(k), s) for k, _, s in METRICS + INFO])
         if client == "bench" and fig.get("window") != "whole" and fig.get("whole"):
             whole = fig["whole"]
             cells = ["bench", str(position), "whole"] + [_fmt(whole.get(k), s) for k, _, s in METRICS]
-            lines.append("| " + " | ".join(cells + [_fmt(whole.get("duration_s"), ".2f")] + blank[1:]) + " |")
+            rows.append(cells + [_fmt(whole.get("duration_s"), ".2f")] + blank[1:])
     for view in VIEWS:
         if view == "whole" and r["bench"].get("window") == "whole":
             continue
@@ -282,23 +283,21 @@ def round_table(r: dict) -> str:
         cells += [
             _fmt(_ratio(_view(r["bench"], view).get(k), _view(r["vllm"], view).get(k)), ".3f") for k, _, _ in METRICS
         ]
-        lines.append("| " + " | ".join(cells + blank) + " |")
-    return "\n".join(lines)
+        rows.append(cells + blank)
+    return "\n".join(md_rows([c for c, _ in cols], rows))
 
 
 def summary_table(summary: dict) -> str:
-    lines = [
-        "| metric | bench mean | vllm mean | ratio mean | ratio min | ratio max | per round |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for key, label, spec in METRICS:
         s = summary[key]
         per_round = ", ".join(_fmt(x, ".3f") for x in s["per_round"])
-        lines.append(
-            f"| {label} | {_fmt(s['bench_mean'], spec)} | {_fmt(s['vllm_mean'], spec)} | {_fmt(s['mean'], '.3f')} "
-            f"| {_fmt(s['min'], '.3f')} | {_fmt(s['max'], '.3f')} | {per_round} |"
+        rows.append(
+            [label, _fmt(s["bench_mean"], spec), _fmt(s["vllm_mean"], spec), _fmt(s["mean"], ".3f")]
+            + [_fmt(s["min"], ".3f"), _fmt(s["max"], ".3f"), per_round]
         )
-    return "\n".join(lines)
+    headers = ["metric", "bench mean", "vllm mean", "ratio mean", "ratio min", "ratio max", "per round"]
+    return "\n".join(md_rows(headers, rows))
 
 
 def summaries_text(result: dict) -> str:

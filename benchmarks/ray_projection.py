@@ -16,6 +16,7 @@ import heapq
 import math
 from pathlib import Path
 
+from bench.fmt import md_rows
 from bench.hardware import Machine
 from bench.plan import make_plan
 from bench.profile import load_profile
@@ -88,14 +89,17 @@ def main() -> None:
         ("one rank, measured start-up (145 s)", STARTUP_RANK_MEASURED),
         ("real weights, assumed start-up (900 s)", STARTUP_REAL_ASSUMED),
     ]
-    head = " | ".join(f"{n} node{'s' * (n > 1)}" for n in nodes)
-    print(f"| start-up per config | configs x points | points' time per config | {head} |")
-    print("|---|---|---|" + "---|" * len(nodes))
+    headers = ["start-up per config", "configs x points", "points' time per config"]
+    headers += [f"{n} node{'s' * (n > 1)}" for n in nodes]
+    rows = []
     for name, startup in cases:
         times, per_config = config_times(startup)
         points = sum(times) / len(times) - startup
-        cells = " | ".join(f"{makespan(times, n) / 3600:.1f} h" for n in nodes)
-        print(f"| {name} | {len(times)} x {per_config} | {points / 60:.0f} min | {cells} |")
+        rows.append(
+            [name, f"{len(times)} x {per_config}", f"{points / 60:.0f} min"]
+            + [f"{makespan(times, n) / 3600:.1f} h" for n in nodes]
+        )
+    print("\n".join(md_rows(headers, rows)))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bench.distributed.ledger import engine_nodes, foreign_pythons
 from bench.errors import BenchError
+from bench.fmt import md_rows
 
 NO_PATCH_SUFFIX = (
     "ab --ray: the :patched / :unpatched suffix sets the patch state of this machine's vLLM only, not the nodes'; "
@@ -48,13 +49,7 @@ def check_side(out: Path, side: str, round_index: int) -> None:
 def nodes_markdown(out: Path, rounds: int) -> str:
     """Which node ran each engine configuration of each side, per round; a pair on different nodes is marked
     (a different node type more loudly: that is a difference of hardware, not of the environments)."""
-    lines = [
-        "",
-        "## Nodes (ab --ray)",
-        "",
-        "| round | engine | baseline node | candidate node | pair |",
-        "|---|---|---|---|---|",
-    ]
+    rows = []
     pairs = other_kind = 0
     for r in range(rounds):
         a, b = (engine_nodes(out / side / f"round-{r}") for side in ("baseline", "candidate"))
@@ -63,9 +58,14 @@ def nodes_markdown(out: Path, rounds: int) -> str:
             pair = _pair(na, nb)
             pairs += pair == "same node"
             other_kind += pair.startswith("OTHER NODE TYPE")
-            lines.append(f"| {r} | {engine} | {_node(na)} | {_node(nb)} | {pair} |")
-    total = len(lines) - 5
-    lines += ["", f"{pairs} of {total} round pairs ran on the same node; {other_kind} on another node type."]
+            rows.append([r, engine, _node(na), _node(nb), pair])
+    lines = [
+        "",
+        "## Nodes (ab --ray)",
+        "",
+        *md_rows(["round", "engine", "baseline node", "candidate node", "pair"], rows),
+    ]
+    lines += ["", f"{pairs} of {len(rows)} round pairs ran on the same node; {other_kind} on another node type."]
     return "\n".join(lines) + "\n"
 
 

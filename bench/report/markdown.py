@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from bench import axes as server_axes
-from bench.fmt import fmt
+from bench.fmt import fmt, md_rows
 from bench.report.categories import category_markdown, has_workloads
 from bench.report.dcp_view import dcp_markdown
 from bench.report.result_fields import markdown_columns, with_precision
@@ -16,10 +16,8 @@ from bench.report.tables import AXIS_PREFIX, axis_columns
 def md_table(df: pd.DataFrame, columns: dict[str, tuple[str, int]]) -> str:
     """columns: {column: (header, digits)}. `digits` applies to floats (and lists of them, such as the
     per-position acceptance); integers print as recorded ("1024", not "1,024")."""
-    head = "| " + " | ".join(h for h, _ in columns.values()) + " |"
-    sep = "|" + "|".join("---" for _ in columns) + "|"
-    body = ["| " + " | ".join(_cell(row[c], d) for c, (_, d) in columns.items()) + " |" for _, row in df.iterrows()]
-    return "\n".join([head, sep, *body])
+    rows = ([_cell(row[c], d) for c, (_, d) in columns.items()] for _, row in df.iterrows())
+    return "\n".join(md_rows([h for h, _ in columns.values()], rows))
 
 
 def _cell(value, digits: int) -> str:
