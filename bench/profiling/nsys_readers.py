@@ -129,8 +129,8 @@ def read_gpu_activities(export: NsysExport, global_pids: Sequence[int]) -> pd.Da
 
     name is the kernel short name ('[memcpy Host-to-Device]', '[memset]', '[CUDA graph N]' otherwise),
     full_name the demangled kernel name; kind, name and full_name are categoricals. Rows with no timestamps
-    (CUPTI writes 0/0) are skipped. Rows are read straight into numpy (no per-row Python objects kept) and
-    sorted there, which is what makes a 3M-kernel export readable in seconds.
+    (CUPTI writes 0/0) are skipped. Columns are read as text that numpy parses (NsysExport.int_columns: no per-row
+    Python objects) and sorted in numpy, which is what makes a 3M-kernel export readable in seconds.
     """
     parts = [
         p

@@ -126,12 +126,6 @@ class NsysExport:
                 f"{self.path}: cannot read the export ({exc}); the file looks corrupt or truncated"
             ) from exc
 
-    def stream(self, sql: str, params: Sequence = ()) -> Iterator[tuple]:
-        """The rows of one query one at a time (SQLite's own cursor: a table of millions of rows is never held
-        as a list of tuples). Read it inside `reading()` so that a failure part-way is named as in query()."""
-        with self.reading():
-            return self.conn.execute(sql, params)
-
     def reopen(self) -> sqlite3.Connection:
         """Another read-only connection to the same file, for a reader in another thread (a connection belongs
         to the thread that made it); the caller closes it."""
