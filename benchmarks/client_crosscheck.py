@@ -233,6 +233,14 @@ def _view(figures: dict, view: str) -> dict:
     return figures if view == "headline" else (figures.get("whole") or {})
 
 
+def _rounds_text(setup: dict) -> str:
+    """'3 rounds', or '1 of 2 rounds (stopped: ...)' when fewer ran than were asked for."""
+    done, asked = setup.get("rounds_done", setup["rounds"]), setup["rounds"]
+    if done == asked:
+        return f"{asked} rounds"
+    return f"{done} of {asked} rounds (stopped: {setup.get('stopped') or 'a run failed or was interrupted'})"
+
+
 def ratios(rounds: Sequence[dict], view: str = "headline") -> dict:
     """Per metric: each round's bench / vllm ratio in `view` (VIEWS), their mean, min and max, and each client's
     mean figure. A round lacking a side's figure has no ratio (None) and is left out of the summary."""
@@ -320,7 +328,7 @@ def markdown(result: dict) -> str:
         f"Shape {setup['shape']} (concurrency x input tokens x output tokens), {setup['num_prompts']} measured "
         f"requests per run (warm-up requests: bench {_fmt(setup.get('bench_warmups'), 'd')} (asked "
         f"{setup['warmup_prompts']}), vllm {setup['vllm_warmups']}), "
-        f"{setup['rounds']} rounds, order alternating (ABBA). Server: {setup['server']}. bench's headline window: "
+        f"{_rounds_text(setup)}, order alternating (ABBA). Server: {setup['server']}. bench's headline window: "
         f"{', '.join(windows)}.",
         "",
         "## Summary",
@@ -614,6 +622,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--warmup", type=int, help="warm-up requests per run (default: the profile's)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of (bench, vllm), order alternating (default 3)")
     ap.add_argument("--seed", type=int, default=1, help="base seed: run r of a client gets seed + r (default 1)")
+    ap.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="start a round only while 1.2 x the longest round so far still fits (a GPU lease's call); the report "
+        "says how many rounds ran and why it stopped",
+    )
     ap.add_argument("--axis", action="append", default=[], help="KEY=VALUE: pin an engine axis of the profile")
     ap.add_argument("--out", type=Path, required=True, help="folder for every run and crosscheck.{json,md}")
     return ap
@@ -651,6 +666,8 @@ def main(argv: list[str] | None = None) -> int:
     first_profile = write_profile("bench-1", shape=shape, warmup_prompts=warmup, seed=args.seed + 1)
     target: Target | None = None
     rounds: list[dict] = []
+    stopped: str | None = None
+    deadline = None if args.time_budget is None else time.monotonic() + args.time_budget
 
     def result() -> dict:
         return {
@@ -662,6 +679,7 @@ def main(argv: list[str] | None = None) -> int:
                 "vllm_warmups": vllm_warmups,
                 "rounds": args.rounds,
                 "rounds_done": len(rounds),
+                "stopped": stopped,
                 "base_seed": args.seed,
                 "profile": str(base_path),
                 "axes": axes,
@@ -690,6 +708,11 @@ def main(argv: list[str] | None = None) -> int:
             f", {args.num_prompts} requests (+{warmup} warm-up), {args.rounds} rounds"
         )
         for r in range(1, args.rounds + 1):
+            longest = max((sum(e[c]["wall_s"] for c in CLIENTS) for e in rounds), default=0.0)
+            if deadline is not None and deadline - time.monotonic() < 1.2 * longest:
+                stopped = f"time budget: {deadline - time.monotonic():.0f} s left, a round took up to {longest:.0f} s"
+                _log(f"not starting round {r}: {stopped}")
+                break
             entry: dict = {"round": r, "order": list(order(r))}
             seed = args.seed + r
             for client in entry["order"]:

@@ -212,6 +212,14 @@ def test_tables(xc):
     assert "| output tok/s | 200.0 | 100.0 | 2.000 | 2.000 | 2.000 | 2.000, n/a |" in text
     assert "whole window on both sides" in text and "## Round 2 (vllm then bench)" in text
     assert "    python -m bench --out 'a dir'" in text
+    assert "2 rounds, order alternating" in text
+
+
+def test_a_budget_cut_run_says_how_many_rounds_ran_and_why(xc):
+    setup = {"rounds": 3, "rounds_done": 1, "stopped": "time budget: 40 s left, a round took up to 75 s"}
+    assert xc._rounds_text(setup) == "1 of 3 rounds (stopped: time budget: 40 s left, a round took up to 75 s)"
+    assert xc._rounds_text({"rounds": 2, "rounds_done": 1}).endswith("(stopped: a run failed or was interrupted)")
+    assert xc._rounds_text({"rounds": 2, "rounds_done": 2}) == "2 rounds"
 
 
 def test_order_alternates(xc):
