@@ -119,7 +119,9 @@ def _add_profile(sub: argparse._SubParsersAction) -> None:
     )
     prof.add_argument("--quiet", action="store_true")
     prof.add_argument(
-        "--no-plot", action="store_true", help="with 'analyze': tables only, no range-breakdown PNG (saves ~1 s)"
+        "--no-plot",
+        action="store_true",
+        help="with 'analyze': tables only, no range-breakdown PNG (0.5-0.9 s less on a 65 MB export)",
     )
     prof.add_argument(
         "--verify",

@@ -82,7 +82,11 @@ class RunningEngine:
 
 
 def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> None:
-    """Start the server for `engine`, run `points` on it, stop it; every point ends up with a record."""
+    """Start the server for `engine`, run `points` on it, stop it; every point ends up with a record, unless the
+    time budget leaves no room for the start (checked before the server's spec, which may generate models)."""
+    if not ctx.can_start(server=True):
+        ctx.progress.say(f"time budget: {ctx.time_left():.0f} s left, not starting the server of {len(points)} points")
+        return
     spec, vocab = server_spec(engine, ctx.store, ctx.plan.flavor, ctx.server_env(engine.id), ctx.draft_keys)
     spec.argv += ctx.server_args
     text = any(p.workload.is_text for p in points)
@@ -90,9 +94,6 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
     if ctx.capture:
         spec.argv = ctx.capture.wrap(spec.argv, engine.id)
     server = Server(spec)
-    if not ctx.can_start(server=True):
-        ctx.progress.say(f"time budget: {ctx.time_left():.0f} s left, not starting the server of {len(points)} points")
-        return
     ctx.progress.starting(points[0], " ".join(spec.argv[3:]))
     try:
         try:

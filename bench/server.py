@@ -205,7 +205,7 @@ class Server:
 
     def pids(self) -> list[int]:
         """Every process of the server's group (its workers and engine core included)."""
-        return group_pids(self.proc.pid) if self.proc is not None else []
+        return group_members(self.proc.pid) if self.proc is not None else []
 
     def stop(self, grace_s: float = 20.0) -> None:
         """Stop the whole group (bench.guard.stop_group): SIGTERM to the guard alone, which forwards it to the API
@@ -248,10 +248,6 @@ def _signal_pid(pid: int, sig: int) -> None:
         os.kill(pid, sig)
 
 
-def group_pids(pgid: int) -> list[int]:
-    return group_members(pgid)
-
-
 def _group_gone(pgid: int) -> bool:
     return not _group_alive(pgid)
 
@@ -284,7 +280,7 @@ def stop_leftover_servers(logs_dir: Path) -> list[int]:
             log.warning(
                 "stopping server process group %d (pids %s), left running by an earlier run of %s",
                 pgid,
-                " ".join(map(str, group_pids(pgid))),
+                " ".join(map(str, group_members(pgid))),
                 note.with_suffix(".log"),
             )
             _signal_group(pgid, signal.SIGTERM)

@@ -286,7 +286,7 @@ class WindowRule:
     `more(i, load)` is bench.loadgen.ClosedLoop.more (i: requests sent so far; `load` has `records`, `token_times`,
     `token_counts`); `record()` says how the window ended. With a `deadline` (time.perf_counter's value at which
     the sweep's time budget ends, bench sweep --time-budget) it stops sending once the time left is at most
-    `drain_s` (one request's lifetime: what the requests in flight still need), whatever the floors say:
+    `drain_s` (what the requests in flight still need: the trial sets 1.5 request lifetimes), whatever the floors say:
     `stopped_by` "deadline", and the point states the precision it reached."""
 
     num_prompts: int

@@ -230,7 +230,7 @@ def analyze(path: str | Path, out_dir: str | Path, *, plot: bool = True, verify:
     t0 = time.perf_counter()
     result = analyze_file(path, verify=verify)
     paths = write_tables(result, out_dir)
-    if plot:  # matplotlib's import and the PNG are a third of the command's time on a Kimi-rank export
+    if plot:  # matplotlib's import and the PNG: 0.5-0.9 s of the command on a Kimi-rank-sized export
         from bench.profiling.plot import plot_range_breakdown
 
         paths["plot_png"] = plot_range_breakdown(result.summary, Path(out_dir) / "nsys_range_breakdown.png")

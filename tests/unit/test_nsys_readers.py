@@ -34,7 +34,6 @@ def export(tmp_path):
             ],
         )
     with nsys_sqlite.load_export(path) as ex:
-        ex.tables = ex.tables | {"T"}
         yield ex
 
 
