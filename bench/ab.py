@@ -82,6 +82,7 @@ def run_ab(
     ray: str | None = None,
     calibrate: bool = False,
     max_rounds: int | None = None,
+    resume: bool = False,
 ) -> int:
     """Each round starts one server per engine config on each side: rounds = server starts a side, the unit of
     the comparison. Refuses a design that cannot reach alpha; says what change it can detect before running, at
@@ -89,14 +90,18 @@ def run_ab(
     `calibrate`: an A/A (b is a) whose between-start noise is stored for later plans. `max_rounds`: sequential, a
     look after every round from `rounds` on at its O'Brien-Fleming level (`sequential_levels`), stopping at the
     first look that decides (regression or pass); every look is kept in looks.json and compare.md.
-    `ray`: each sweep runs on that cluster (`sweep --ray`; bench.distributed.ab_rounds says what else)."""
+    `ray`: each sweep runs on that cluster (`sweep --ray`; bench.distributed.ab_rounds says what else).
+    `resume`: continue the A/B already in `out` (a run cut by a time limit): each round's sweep resumes where it
+    stopped (`sweep --resume`: a finished one starts no server), so only what is missing runs."""
     from bench.distributed import ab_rounds
 
     if ray is not None:
         ab_rounds.check_envs([a.patch, b.patch])
+    if resume and (out is None or not Path(out).is_dir()):
+        raise BenchError(f"ab --resume needs --out, the folder of the A/B to continue ({out} is not one)")
     out = Path(out or REPO / "reports" / f"ab-{Path(profile).stem}-{dt.datetime.now():%Y%m%d-%H%M%S}")
-    if (out / "baseline").exists() or (out / "candidate").exists():
-        raise BenchError(f"{out} already holds an A/B run")
+    if not resume and ((out / "baseline").exists() or (out / "candidate").exists()):
+        raise BenchError(f"{out} already holds an A/B run (--resume continues it)")
     from bench import calibration
     from bench.compare import GATED
     from bench.plan import plan_sweep
@@ -218,14 +223,17 @@ def _round(r: int, total: int, a: Env, b: Env, out: Path, profile: str, repeat: 
     for side, env in order:
         if env.patch and _run(env, ["patch", "apply" if env.patch == "patched" else "revert"]) != 0:
             raise BenchError(f"could not set {env.label()} before round {r}")
-        print(f"round {r + 1}/{total}: {side} ({env.label()})", file=sys.stderr, flush=True)
+        round_dir = out / side / f"round-{r}"
+        resume = (round_dir / "manifest.json").exists()  # `ab --resume`: only what that sweep lacks runs
+        print(f"round {r + 1}/{total}: {side} ({env.label()}){' resumed' if resume else ''}", file=sys.stderr, flush=True)
         rc = _run(
             env,
             [
                 "sweep",
                 profile,
                 "--out",
-                str(out / side / f"round-{r}"),
+                str(round_dir),
+                *(["--resume"] if resume else []),
                 "--quiet",
                 "--repeat",
                 str(repeat),

@@ -218,6 +218,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         ray=args.ray,
         calibrate=args.calibrate,
         max_rounds=args.max_rounds,
+        resume=args.resume,
     )
 
 

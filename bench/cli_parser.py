@@ -213,6 +213,12 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
         "O'Brien-Fleming alpha-spending level, stopping at the first look that decides (docs/verdicts.md)",
     )
     ab.add_argument("--out", type=Path, help="default: reports/ab-<profile>-<time>")
+    ab.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the A/B in --out (one cut by a time limit or a crash): each round's sweep resumes where it "
+        "stopped, finished ones start no server; the verdict is taken over all rounds as if run at once",
+    )
     ab.add_argument("--repeat", type=int, default=1, help="trials per point within each round")
     _add_verdict_options(ab)
     ab.add_argument(

@@ -5,6 +5,8 @@ writes them)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -211,3 +213,45 @@ def test_the_sequential_design_states_the_effect_its_last_look_detects():
     at_alpha = min_detectable_effect(0.063, 0.063, 10, 10, 1.0, per_test_alpha(0.05, 40, "holm"))
     assert shown == pytest.approx(at_last, abs=0.0005) and at_last > at_alpha
     assert text.startswith("sequential: looks after rounds 8 (0.028), 9 (0.01), 10 (0.011)")
+
+
+def test_ab_resume_continues_a_cut_run_and_reruns_only_what_is_missing(tmp_path, monkeypatch, rng):
+    """An A/B cut by a time limit in round 3 (its candidate sweep never ran): `ab --resume` passes `sweep --resume`
+    for every round folder that holds a manifest (a finished sweep starts no server), a fresh sweep for the rest, and
+    judges all 5 rounds. Without --resume the folder is refused."""
+    from bench import ab
+    from bench.errors import BenchError
+
+    calls: list[tuple[str, bool]] = []
+    cut = {"at": ("candidate", 2)}
+
+    def fake_run(env, args):
+        if args[0] != "sweep":
+            return 0
+        out = Path(args[args.index("--out") + 1])
+        side, r = out.parent.name, int(out.name.split("-")[1])
+        calls.append((f"{side}-{r}", "--resume" in args))
+        if (side, r) == cut["at"]:
+            raise BenchError("the call's time limit")
+        if not (out / "points").is_dir():  # what a finished sweep --resume would leave alone
+            write_start(out, [rng.normal(1000, 5) * (0.7 if side == "candidate" else 1.0)], 10.0, rng)
+        return 0
+
+    monkeypatch.setattr(ab, "_run", fake_run)
+    env = ab.Env("python", None)
+    with pytest.raises(BenchError, match="time limit"):
+        ab.run_ab("tiny", env, env, rounds=5, out=tmp_path / "ab", expected_noise=0.05)
+    assert calls == [("baseline-0", False), ("candidate-0", False), ("candidate-1", False), ("baseline-1", False),
+                     ("baseline-2", False), ("candidate-2", False)]  # fmt: skip
+    with pytest.raises(BenchError, match="already holds an A/B run"):
+        ab.run_ab("tiny", env, env, rounds=5, out=tmp_path / "ab", expected_noise=0.05)
+    with pytest.raises(BenchError, match="needs --out"):
+        ab.run_ab("tiny", env, env, rounds=5, out=tmp_path / "none", expected_noise=0.05, resume=True)
+    calls.clear()
+    cut["at"] = None
+    got = ab.run_ab("tiny", env, env, rounds=5, out=tmp_path / "ab", expected_noise=0.05, resume=True)
+    resumed = dict(calls)
+    assert len(calls) == 10 and all(resumed[f"{s}-{r}"] for s in ("baseline", "candidate") for r in (0, 1))
+    assert resumed["baseline-2"] and not resumed["candidate-2"]  # the cut sweep had written nothing
+    assert not any(resumed[f"{s}-{r}"] for s in ("baseline", "candidate") for r in (3, 4))
+    assert got == ExitCode.GATE_FAILED  # a 30% slower candidate over all 5 rounds
