@@ -230,7 +230,8 @@ def analyze(path: str | Path, out_dir: str | Path, *, plot: bool = True, verify:
     t0 = time.perf_counter()
     result = analyze_file(path, verify=verify)
     paths = write_tables(result, out_dir)
-    if plot:  # matplotlib's import and the PNG: 0.5-0.9 s of the command on a Kimi-rank-sized export
+    if plot:  # matplotlib's import and the PNG: 0.74 s of 2.69 on a Kimi-rank-sized export (H200 host, before the
+        # chart dropped mathtext and minor ticks: docs/nsys-analysis.md "Performance")
         from bench.profiling.plot import plot_range_breakdown
 
         paths["plot_png"] = plot_range_breakdown(result.summary, Path(out_dir) / "nsys_range_breakdown.png")
