@@ -7,7 +7,8 @@
 # Usage: issue20-known-slow.sh BUDGET_SECONDS SIDE... (ROUNDS, DELAY_MS from the environment). The sides run one
 # after the other within the budget; resumable across calls: results stay in /tmp/res20/<side> on the machine
 # (`ab --resume` continues a side cut by the budget) and are copied to $OUT/<side>/ after every call, with the exit
-# code in $OUT/<side>/exit-code.txt (124: cut by the budget, run the script again in the same lease).
+# code in $OUT/<side>/exit-code.txt (124: cut by the budget, run the script again). A side not in /tmp/res20 starts
+# from reports/examples/h200-ab-known-slow/<side> when the working tree has it (a later lease finishes that run).
 set -uo pipefail
 source scripts/gpu/common.sh
 budget=${1:?usage: issue20-known-slow.sh BUDGET_SECONDS a-b|a-a...}; shift
@@ -19,6 +20,8 @@ python -m bench patch status > /tmp/res20/patch-status.txt
 for side in "$@"; do
   [ "$side" = a-b ] || [ "$side" = a-a ] || { echo "side must be a-b or a-a" >&2; exit 2; }
   dir=/tmp/res20/$side
+  # a fresh lease continues the committed run (its records travel with the working tree)
+  [ -d $dir ] || [ ! -d reports/examples/h200-ab-known-slow/$side ] || cp -r reports/examples/h200-ab-known-slow/$side $dir
   if grep -qE "exit [0-9]$" $dir/exit-code.txt 2>/dev/null; then echo "== $side done: $(cat $dir/exit-code.txt)"; continue; fi
   left=$((budget - SECONDS - 30))
   [ $left -gt 60 ] || { echo "== $left s left: not starting $side"; continue; }
