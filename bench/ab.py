@@ -225,7 +225,9 @@ def _round(r: int, total: int, a: Env, b: Env, out: Path, profile: str, repeat: 
             raise BenchError(f"could not set {env.label()} before round {r}")
         round_dir = out / side / f"round-{r}"
         resume = (round_dir / "manifest.json").exists()  # `ab --resume`: only what that sweep lacks runs
-        print(f"round {r + 1}/{total}: {side} ({env.label()}){' resumed' if resume else ''}", file=sys.stderr, flush=True)
+        print(
+            f"round {r + 1}/{total}: {side} ({env.label()}){' resumed' if resume else ''}", file=sys.stderr, flush=True
+        )
         rc = _run(
             env,
             [

@@ -123,6 +123,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
     if args.target == "analyze":
         return _profile_analyze(args)
+    if args.target == "shares":
+        return _profile_shares(args)
     from bench.profile_point import ProfileRequest, prepare_profile, run_profile
 
     job = prepare_profile(
@@ -161,15 +163,32 @@ def _profile_analyze(args: argparse.Namespace) -> int:
 
     from bench.profiling.nsys_analysis import analyze
 
-    if args.file is None:
-        raise BenchError("profile analyze needs FILE (an nsys .sqlite or .sqlite.xz export)")
-    export = Path(args.file)
+    if len(args.file) != 1:
+        raise BenchError("profile analyze needs one FILE (an nsys .sqlite or .sqlite.xz export)")
+    export = Path(args.file[0])
     out = args.out or export.parent / (export.name.split(".")[0] + "-analysis")
     result = analyze(export, out, plot=not args.no_plot, verify=args.verify)
     for name, path in result["paths"].items():
         print(f"{name}: {path}")
     for warning in result["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
+    if why := result["headline"].get("step_shares_missing"):
+        print(f"no decode-step shares: {why}", file=sys.stderr)
+    return 0
+
+
+def _profile_shares(args: argparse.Namespace) -> int:
+    from bench.profiling.step_shares import read_shares, shares_report
+
+    if not args.file:
+        raise BenchError("profile shares needs one or more analysis folders")
+    text = shares_report({str(d): read_shares(d) for d in args.file})
+    print(text, end="")
+    if args.out:
+        from bench.store import atomic_write_bytes
+
+        atomic_write_bytes(args.out / "step-shares.md", text.encode())
+        print(f"written: {args.out / 'step-shares.md'}", file=sys.stderr)
     return 0
 
 

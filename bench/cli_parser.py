@@ -106,10 +106,16 @@ def _add_profile(sub: argparse._SubParsersAction) -> None:
     prof = sub.add_parser(
         "profile",
         help="run one sweep point under Nsight Systems (or in-process timing) and "
-        "analyze it; or `profile analyze FILE.sqlite[.xz]`",
+        "analyze it; or `profile analyze FILE.sqlite[.xz]`; or `profile shares ANALYSIS_DIR...`",
     )
-    prof.add_argument("target", help="a profile name / .toml path, or the word 'analyze'")
-    prof.add_argument("file", nargs="?", type=Path, help="with 'analyze': the nsys SQLite export")
+    prof.add_argument("target", help="a profile name / .toml path, or the word 'analyze' or 'shares'")
+    prof.add_argument(
+        "file",
+        nargs="*",
+        type=Path,
+        help="with 'analyze': the nsys SQLite export; with 'shares': analysis folders (of `profile analyze` or "
+        "`profile`: the folder or the results folder holding profile/capture-*.analysis), side by side",
+    )
     prof.add_argument("--point", help="point id (or a prefix) to profile (default: the first runnable point)")
     prof.add_argument("--nsys", help="path of the nsys binary (default: PATH and known locations)")
     prof.add_argument("--no-nsys", action="store_true", help="use the in-process timing mode even if nsys exists")

@@ -48,6 +48,7 @@ import pandas as pd
 from bench.errors import BenchError
 from bench.profiling import nsys_readers as rd
 from bench.profiling import nsys_sqlite as db
+from bench.profiling import step_shares
 from bench.profiling.nsys_attribution import attribute, kernel_breakdown, scan_calls
 from bench.profiling.nsys_readers import range_label
 from bench.store import atomic_write_bytes, atomic_write_table
@@ -230,6 +231,10 @@ def analyze(path: str | Path, out_dir: str | Path, *, plot: bool = True, verify:
     t0 = time.perf_counter()
     result = analyze_file(path, verify=verify)
     paths = write_tables(result, out_dir)
+    shares = step_shares.shares_of(result.ranges, Path(out_dir))
+    if shares.table is not None:
+        paths["step_shares_csv"] = Path(out_dir) / "nsys_step_shares.csv"
+        atomic_write_table(paths["step_shares_csv"], shares.table)
     if plot:  # matplotlib's import and the PNG: 0.74 s of 2.69 on a Kimi-rank-sized export (H200 host, before the
         # chart dropped mathtext and minor ticks: docs/nsys-analysis.md "Performance")
         from bench.profiling.plot import plot_range_breakdown
@@ -255,6 +260,9 @@ def analyze(path: str | Path, out_dir: str | Path, *, plot: bool = True, verify:
             "schema_version": result.meta["schema_version"],
             "cuda_graph_trace": result.meta["cuda_graph_trace"],
             "top_ranges": top,
+            "decode_steps": shares.decode,
+            "step_shares": None if shares.table is None else shares.table.round(6).to_dict("records"),
+            "step_shares_missing": shares.why_none,
         },
         "warnings": result.warnings,
         "timing_s": {**result.meta.get("timing_s", {}), "total_s": round(time.perf_counter() - t0, 3)},

@@ -102,7 +102,7 @@ def test_profile_prints_captures_and_fails_on_a_failed_one(profile_calls, capsys
 
 def test_profile_analyze_needs_a_file(capsys):
     assert main(["profile", "analyze"]) == 1
-    assert "profile analyze needs FILE" in capsys.readouterr().err
+    assert "profile analyze needs one FILE" in capsys.readouterr().err
 
 
 def test_profile_analyze_default_out(monkeypatch, tmp_path, capsys):
@@ -111,7 +111,7 @@ def test_profile_analyze_default_out(monkeypatch, tmp_path, capsys):
     def fake_analyze(path, out, plot=True, verify=False):
         seen["args"] = (Path(path), Path(out))
         seen["options"] = (plot, verify)
-        return {"paths": {"summary": Path(out) / "summary.csv"}, "warnings": ["few ranges"]}
+        return {"paths": {"summary": Path(out) / "summary.csv"}, "warnings": ["few ranges"], "headline": {}}
 
     monkeypatch.setattr("bench.profiling.nsys_analysis.analyze", fake_analyze)
     export = tmp_path / "capture-e1.sqlite.xz"
