@@ -16,6 +16,7 @@ import pandas as pd
 
 from bench.failures import classify_log
 from bench.profiling.nsys_analysis import summarize_ranges
+from bench.profiling.step_shares import RANGE_COLUMNS, CaptureShares, shares_of
 from bench.report.categories import category_table, has_workloads
 from bench.report.dcp_view import dcp_rows
 from bench.report.roofline import model_configs
@@ -352,6 +353,20 @@ def _summarized(path: Path, ranges: pd.DataFrame) -> tuple[Path, pd.DataFrame]:
     return path, summarize_ranges(ranges)
 
 
+def nvtx_step_shares(sweep_dir: Path) -> dict[Path, CaptureShares]:
+    """Decode-step shares (bench.profiling.step_shares) per profiling folder whose ranges table has threads and
+    times (an nsys capture's analysis) and decode steps, keyed by the folder."""
+    out = {}
+    for path in sorted(Path(sweep_dir).glob("profile/**/nsys_ranges.parquet")):
+        try:
+            shares = shares_of(pd.read_parquet(path, columns=RANGE_COLUMNS), path.parent)
+        except (OSError, ValueError, KeyError):
+            continue
+        if shares.table is not None:
+            out[path.parent] = shares
+    return out
+
+
 @dataclass
 class ReportData:
     """Every table the report shows, computed from the results directory alone."""
@@ -372,6 +387,7 @@ class ReportData:
     roofline_inputs: pd.DataFrame
     roofline_notes: list[str]
     nvtx: list[tuple[Path, pd.DataFrame]] = field(default_factory=list)
+    step_shares: dict[Path, CaptureShares] = field(default_factory=dict)  # by profiling folder
     categories: pd.DataFrame = field(default_factory=pd.DataFrame)  # acceptance per workload and category
     dcp: pd.DataFrame = field(default_factory=pd.DataFrame)  # the DCP view (bench.report.dcp_view)
 
@@ -401,6 +417,7 @@ def collect(sweep_dir: Path, points: pd.DataFrame | None = None) -> ReportData:
         roofline_inputs=inputs,
         roofline_notes=notes,
         nvtx=nvtx_summaries(sweep_dir),
+        step_shares=nvtx_step_shares(sweep_dir),
         categories=category_table(df),
         dcp=dcp_rows(df, models),
     )

@@ -143,6 +143,15 @@ NVTX_COLUMNS: Columns = {
     "gpu_busy_ms_mean": ("GPU busy ms mean", ",.4f"),
     "kernels_mean": ("kernels/range", ",.1f"),
 }
+SHARE_COLUMNS: Columns = {  # bench.profiling.step_shares.shares
+    "what": ("part", None),
+    "part": ("range", None),
+    "per_step": ("per step", ",.0f"),
+    "cpu_ms": ("CPU ms", ",.3f"),
+    "cpu_share": ("share of step CPU", ".1%"),
+    "gpu_busy_ms": ("GPU busy ms", ",.3f"),
+    "gpu_share": ("share of step GPU busy", ".1%"),
+}
 PROBLEM_COLUMNS: Columns = {
     "point_id": ("point", None),
     "draft_attention_backend": ("draft backend", None),
@@ -313,7 +322,15 @@ def nvtx_tables(data: ReportData) -> list[dict]:
             cpu_ms_total=summary.cpu_ns_total / 1e6,
         )
         rel = path.relative_to(data.sweep_dir) if path.is_relative_to(data.sweep_dir) else path
-        out.append({"path": str(rel), "table": table(shown.head(40), NVTX_COLUMNS)})
+        shares = data.step_shares.get(path.parent)
+        out.append(
+            {
+                "path": str(rel),
+                "table": table(shown.head(40), NVTX_COLUMNS),
+                "shares": None if shares is None else table(shares.table, SHARE_COLUMNS),
+                "decode_steps": None if shares is None else f"{shares.decode} of {shares.engine_steps}",
+            }
+        )
     return out
 
 

@@ -652,3 +652,24 @@ def test_nvtx_section_from_profile_tables(tmp_path):
     page = Page(render_html(data, draw_all(data)))
     assert page.sections == SECTIONS[:7] + ["nvtx"] + SECTIONS[7:]
     assert any(im["data-plot"] == "nvtx0" for im in page.imgs)
+
+
+def test_nvtx_section_shows_the_decode_step_shares_of_a_capture_that_has_decode_steps(tmp_path):
+    """The capture's ranges (tests/unit/test_step_shares.py's synthetic engine steps) give the report a shares
+    table under the capture's range table; a capture without decode steps gets none."""
+    from tests.unit.test_step_shares import ranges
+
+    root = make_dir(tmp_path / "sweep", [record("a", "ok", 2, metrics=GOOD_METRICS)])
+    without_vllm_scopes = ranges()[~ranges().name.str.startswith("execute_context")]
+    for name, df in (("capture-e.analysis", ranges()), ("capture-f.analysis", without_vllm_scopes)):
+        folder = root / "profile" / name
+        folder.mkdir(parents=True)
+        gpu = df.gpu_busy_ns
+        df.assign(api_calls=1, launches=1, kernels=1, gpu_sum_ns=gpu, gpu_span_ns=gpu).to_parquet(
+            folder / "nsys_ranges.parquet"
+        )
+    data = A.collect(root)
+    assert [p.name for p in data.step_shares] == ["capture-e.analysis"]
+    html = render_html(data, draw_all(data))
+    assert html.count("Where a decode step") == 1 and "3 of 5 engine steps were decode steps" in html
+    assert ">3.0%<" in html and "bench.draft.attn_metadata" in html  # the metadata builds' share of step CPU
