@@ -19,6 +19,7 @@ import pandas as pd
 from bench.errors import BenchError, ExitCode
 from bench.fmt import fmt, is_missing, md_rows
 from bench.metrics import request_latencies
+from bench.records import PointRecord, Trial
 from bench.stats import CORRECTIONS, Comparison, compare_servers, decide, per_test_alpha
 from bench.store import SweepStore
 
@@ -61,25 +62,26 @@ def load_side(path: Path) -> dict[str, PointSide]:
     out: dict[str, PointSide] = {}
     for sweep in sweep_dirs(path):
         store = SweepStore(sweep)
-        for pid, rec in store.points().items():
-            side = out.setdefault(pid, PointSide(f"{rec['label']['engine']} {rec['label']['shape']}"))
-            if rec["status"] == "ok":
+        for pid, rec in store.records().items():
+            side = out.setdefault(pid, PointSide(f"{rec.label['engine']} {rec.label['shape']}"))
+            if rec.status == "ok":
                 side.servers.append(_server_values(store, pid, rec))
                 side.rounds.append(sweep.name)
-            elif rec["status"] == "skipped":
+            elif rec.status == "skipped":
                 side.skipped = True
             else:
-                side.failures.append(f"{rec.get('reason')}: {str(rec.get('detail') or '')[:160]}")
+                side.failures.append(f"{rec.reason}: {str(rec.detail or '')[:160]}")
     return out
 
 
-def _server_values(store: SweepStore, pid: str, rec: dict) -> dict[str, list[float]]:
+def _server_values(store: SweepStore, pid: str, rec: PointRecord) -> dict[str, list[float]]:
     values: dict[str, list[float]] = {}
-    for trial in rec.get("trials") or [{"metrics": rec["metrics"], "spec_decode": rec["spec_decode"]}]:
+    assert rec.metrics is not None  # an ok record (bench.records.PointRecord)
+    for trial in rec.trials or [Trial(metrics=rec.metrics, spec_decode=rec.spec_decode)]:
         found = {
-            "output_throughput": trial["metrics"].get("output_throughput"),
-            "request_throughput": trial["metrics"].get("request_throughput"),
-            "mean_acceptance_length": (trial.get("spec_decode") or {}).get("mean_acceptance_length"),
+            "output_throughput": trial.metrics.output_throughput,
+            "request_throughput": trial.metrics.request_throughput,
+            "mean_acceptance_length": trial.spec_decode.mean_acceptance_length if trial.spec_decode else None,
         }
         for name, value in found.items():
             if value is not None:

@@ -21,9 +21,11 @@ import logging
 import re
 from pathlib import Path
 
+from bench.errors import BenchError
 from bench.metrics import info_labels
 from bench.profiling.effective_record import FILE_PREFIX
 from bench.profiling.plugin import ENV_EFFECTIVE_DIR
+from bench.records import EngineRecord, parse
 from bench.store import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -74,7 +76,8 @@ def load_records(root: Path, engine_id: str) -> list[dict]:
     for path in sorted(records_dir(root, engine_id).glob(f"{FILE_PREFIX}*.json")):
         try:
             record = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
+            parse(EngineRecord, record, path.relative_to(root))
+        except (OSError, ValueError, BenchError) as exc:
             log.warning("effective-configuration record %s unreadable: %s", path, exc)
             continue
         record["path"] = str(path.relative_to(root))

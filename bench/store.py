@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.errors import BenchError
+from bench.records import Manifest, PointRecord, parse
 
 SCHEMA_VERSION = 2  # what changed from 1: bench/migrate.py
 MANIFEST = "manifest.json"
@@ -66,11 +67,17 @@ class SweepStore:
         return self.root / "logs" / f"server-{engine_id}.log"
 
     # writes
+    # writes: a record that does not match its model (bench.records) is a bug here, refused before it is written
     def write_manifest(self, manifest: dict) -> None:
-        atomic_write_json(self.root / MANIFEST, {"schema_version": SCHEMA_VERSION, **manifest})
+        data = {"schema_version": SCHEMA_VERSION, **manifest}
+        parse(Manifest, data, self.root / MANIFEST)
+        atomic_write_json(self.root / MANIFEST, data)
 
     def save_point(self, record: dict) -> None:
-        atomic_write_json(self.point_path(record["point_id"]), {"schema_version": SCHEMA_VERSION, **record})
+        data = {"schema_version": SCHEMA_VERSION, **record}
+        path = self.point_path(record["point_id"])
+        parse(PointRecord, data, path)
+        atomic_write_json(path, data)
 
     def save_raw(self, point_id: str, rows: list[dict]) -> None:
         table = pa.Table.from_pylist(rows, schema=RAW_SCHEMA)
@@ -78,19 +85,29 @@ class SweepStore:
         pq.write_table(table, sink)
         atomic_write_bytes(self.raw_path(point_id), sink.getvalue().to_pybytes())
 
-    # reads
+    # reads: the one reader of point records and manifests; each is checked against its model (bench.records)
     def manifest(self) -> dict:
         path = self.root / MANIFEST
         if not path.exists():
             raise BenchError(f"{self.root}: not a sweep results directory (no {MANIFEST})")
-        return check_version(json.loads(path.read_text()), path)
+        data = check_version(_read_json(path), path)
+        parse(Manifest, data, path)
+        return data
+
+    def _point_files(self) -> list[tuple[dict, PointRecord]]:
+        out = []
+        for path in sorted((self.root / "points").glob("*.json")):
+            data = check_version(_read_json(path), path)
+            out.append((data, parse(PointRecord, data, path)))
+        return out
 
     def points(self) -> dict[str, dict]:
-        out = {}
-        for path in sorted((self.root / "points").glob("*.json")):
-            record = check_version(json.loads(path.read_text()), path)
-            out[record["point_id"]] = record
-        return out
+        """{point id: record as stored} (validated), for code that passes records on whole."""
+        return {record.point_id: data for data, record in self._point_files()}
+
+    def records(self) -> dict[str, PointRecord]:
+        """{point id: typed record}: what analysis reads fields from."""
+        return {record.point_id: record for _, record in self._point_files()}
 
     def raw(self, point_id: str) -> list[dict]:
         path = self.raw_path(point_id)
@@ -128,6 +145,18 @@ RAW_SCHEMA = pa.schema(
         ("spec_histogram", pa.list_(pa.int64())),
     ]
 )
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as exc:
+        raise BenchError(
+            f"{path}: not JSON ({exc}); a record is written atomically, so this file was edited or copied in part"
+        ) from None
+    if not isinstance(data, dict):
+        raise BenchError(f"{path}: not a record (a JSON object)")
+    return data
 
 
 def check_version(data: dict, path: Path) -> dict:

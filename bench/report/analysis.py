@@ -42,19 +42,17 @@ def point_extras(sweep_dir: Path) -> pd.DataFrame:
     """What points_table leaves out and the report needs, one row per point id: ITL p90, the server arguments,
     the asked synthetic acceptance rates, trials."""
     rows = []
-    for pid, p in SweepStore(sweep_dir).points().items():
-        eng = (p.get("config") or {}).get("engine") or {}
-        m = p.get("metrics") or {}
-        acc = eng.get("acceptance") or {}
+    for pid, p in SweepStore(sweep_dir).records().items():
+        eng = p.config.engine
         rows.append(
             {
                 "point_id": pid,
-                "itl_p90_ms": (m.get("itl_ms") or {}).get("p90"),
-                "server": eng.get("server") or {},
-                "asked_rates": acc.get("rates") if acc.get("mode") == "synthetic" else None,
-                "trials": len(p.get("trials") or []) or None,
-                "phase": p.get("phase"),
-                "log": (p.get("server") or {}).get("log"),
+                "itl_p90_ms": p.metrics.itl_ms.p90 if p.metrics and p.metrics.itl_ms else None,
+                "server": eng.server,
+                "asked_rates": eng.acceptance.get("rates") if eng.acceptance.get("mode") == "synthetic" else None,
+                "trials": len(p.trials) or None,
+                "phase": p.phase,
+                "log": p.server.log,
             }
         )
     return pd.DataFrame(rows, columns=EXTRA_COLUMNS)
@@ -126,6 +124,7 @@ def throughput_series(df: pd.DataFrame) -> pd.DataFrame:
     """Ok points with a measured output throughput, one row per point, ordered for line plots."""
     cols = ["series", *SERIES_AXES, *FACET_AXES, "concurrency", "shape", "output_throughput"]
     cols += ["per_user_output_throughput", "label"]
+    cols += ["workload"] if "workload" in df and df.workload.notna().any() else []  # text workloads: own colors
     ok = ok_points(df)
     ok = ok[ok.output_throughput.notna() | ok.per_user_output_throughput.notna()]
     return ok[cols].sort_values(["series", "concurrency", *FACET_AXES], kind="stable").reset_index(drop=True)

@@ -4,6 +4,7 @@ batch-shape x axis, one row of panels per DCP size, and a legend shared by all p
 from __future__ import annotations
 
 import io
+import math
 import textwrap
 from typing import Any, NamedTuple
 
@@ -31,9 +32,14 @@ def png_bytes(fig: Figure) -> bytes:
 
 
 def series_styles(df: pd.DataFrame) -> dict[str, dict]:
-    """Stable styles per series: color per (draft backend, draft KV dtype), line style per draft KV dtype,
-    marker per DCP size, so a series looks the same in every plot."""
-    key = lambda r: (str(r.draft_attention_backend), str(r.draft_kv_cache_dtype))  # noqa: E731
+    """Stable styles per series: color per (draft backend, draft KV dtype, workload), line style per draft KV
+    dtype, marker per DCP size, so a series looks the same in every plot (and series that differ only by their
+    text workload still differ in color)."""
+    workload = "workload" in df
+
+    def key(r) -> tuple[str, str, str]:
+        return str(r.draft_attention_backend), str(r.draft_kv_cache_dtype), str(r.workload) if workload else ""
+
     combos = sorted({key(r) for r in df.itertuples()})
     kvs = sorted({c[1] for c in combos})
     dcps = sorted({int(d) for d in df.dcp_size.dropna()})
@@ -72,19 +78,40 @@ class ShapeAxis(NamedTuple):
 
 def shape_x(df: pd.DataFrame) -> ShapeAxis:
     """The concurrency itself when input/output lengths are the same everywhere (log2 scale when it spans 4x or
-    more), else one category per (concurrency, input, output) shape ordered by concurrency."""
-    keys = list(zip(df.concurrency, df.input_len, df.output_len))
-    if len({(i, o) for _, i, o in keys}) <= 1:
-        vals = sorted({int(c) for c, _, _ in keys})
+    more), else one category per (concurrency, input, output) shape ordered by concurrency; a text workload's
+    point (no fixed input length) is its load label (the `shape` column, bench.report.analysis.enrich)."""
+    labels_of = df["shape"] if "shape" in df else pd.Series([None] * len(df), index=df.index)
+    keys = [
+        (_num(c), _num(i), _num(o), None if _num(i) is not None else label)
+        for c, i, o, label in zip(df.concurrency, df.input_len, df.output_len, labels_of)
+    ]
+    concurrencies = [k[0] for k in keys]
+    if len({(i, o, label) for _, i, o, label in keys}) <= 1 and None not in concurrencies:
+        vals = sorted({int(c) for c in concurrencies if c is not None})
         log = len(vals) > 1 and vals[-1] / max(vals[0], 1) >= 4
         return ShapeAxis(
             df.concurrency.astype(float), vals, [str(v) for v in vals], "concurrency (requests in flight)", log
         )
-    order = sorted(set(keys))
+    order = sorted(set(keys), key=lambda k: tuple((v is None, v if v is not None else 0) for v in k[:3]) + (str(k[3]),))
     pos = {k: i for i, k in enumerate(order)}
     x = pd.Series([float(pos[k]) for k in keys], index=df.index)
-    labels = [f"{c}\n{i}/{o}" for c, i, o in order]
-    return ShapeAxis(x, list(range(len(order))), labels, "batch shape: concurrency, input/output tokens", False)
+    labels = [wrap(label, 16) if label is not None else f"{_int(c)}\n{_int(i)}/{_int(o)}" for c, i, o, label in order]
+    text = any(k[3] is not None for k in order)
+    title = "batch shape: concurrency, input/output tokens" + (" (text workloads: their load)" if text else "")
+    return ShapeAxis(x, list(range(len(order))), labels, title, False)
+
+
+def _num(value) -> float | None:
+    """A shape number, None when missing (NaN never reaches a set or a sort)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
+
+
+def _int(value: float | None) -> str:
+    return "?" if value is None else str(int(value))
 
 
 def wrap(text: str, width: int = 28) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import axes as server_axes
+from bench.records import Metrics, PointRecord, Precision, SpecDecode, Steady, Summary
 from bench.store import SweepStore
 
 POINT_COLUMNS = [
@@ -65,79 +66,79 @@ POINT_COLUMNS = [
 ]
 
 
-def point_row(p: dict) -> dict:
-    cfg, eng = p["config"], p["config"]["engine"]
-    m, s, e = p.get("metrics") or {}, p.get("spec_decode") or {}, p.get("effective") or {}
+def point_row(p: PointRecord) -> dict:
+    cfg, eng = p.config, p.config.engine
+    m, s, e = p.metrics or Metrics(), p.spec_decode or SpecDecode(), p.effective or {}
+    precision, steady = m.precision or Precision(), m.steady or Steady()
 
-    def pct(metric, q):
-        return (m.get(metric) or {}).get(q)
+    def pct(summary: Summary | None, q: str) -> float | None:
+        return getattr(summary, q) if summary is not None else None
 
-    shape, workload = cfg.get("shape") or {}, cfg.get("workload") or {}  # a text point has no shape
+    shape, workload = cfg.shape or {}, cfg.workload or {}  # a text point has no shape
     arrival = workload.get("arrival") or {}
 
     return {
-        "point_id": p["point_id"],
-        "engine_id": p["engine_id"],
-        "status": p["status"],
-        "reason": p.get("reason"),
-        "draft_attention_backend": eng["draft_attention_backend"],
-        "draft_kv_cache_dtype": eng["draft_kv_cache_dtype"],
-        "dcp_size": eng["dcp_size"],
-        "dcp_emulated": (cfg.get("emulation") or {}).get("dcp_size"),
-        "dcp_loopback": eng["dcp_size"] > 1  # bench.plan.EngineConfig.dcp_loopback's rule: DCP N > 1 on TP 1
-        and int({**(eng.get("server") or {}), **(eng.get("axes") or {})}.get("tensor_parallel_size", 1)) == 1,
-        "num_speculative_tokens": eng["num_speculative_tokens"],
-        "server_axes": server_axes.label(sorted((eng.get("axes") or {}).items())) or None,
-        **{axis_column(k): v for k, v in (eng.get("axes") or {}).items()},
+        "point_id": p.point_id,
+        "engine_id": p.engine_id,
+        "status": p.status,
+        "reason": p.reason,
+        "draft_attention_backend": eng.draft_attention_backend,
+        "draft_kv_cache_dtype": eng.draft_kv_cache_dtype,
+        "dcp_size": eng.dcp_size,
+        "dcp_emulated": (cfg.emulation or {}).get("dcp_size"),
+        # bench.plan.EngineConfig.dcp_loopback's rule: DCP N > 1 on TP 1
+        "dcp_loopback": eng.dcp_size > 1 and eng.tensor_parallel_size() == 1,
+        "num_speculative_tokens": eng.num_speculative_tokens,
+        "server_axes": server_axes.label(sorted(eng.axes.items())) or None,
+        **{axis_column(k): v for k, v in eng.axes.items()},
         "concurrency": shape.get("concurrency", arrival.get("max_concurrency")),
         "input_len": shape.get("input_len"),
         "output_len": shape.get("output_len", (workload.get("sampling") or {}).get("max_tokens")),
-        "acceptance_mode": eng["acceptance"]["mode"],
-        "window": m.get("window", "whole"),  # records before the steady window: the whole window
-        "output_throughput": m.get("output_throughput"),
-        "output_throughput_whole": (m.get("whole") or {}).get("output_throughput", m.get("output_throughput")),
-        "throughput_halfwidth": (m.get("precision") or {}).get("output_throughput_halfwidth"),
-        "tpot_halfwidth": (m.get("precision") or {}).get("tpot_halfwidth"),
-        "step_p50_ms": (m.get("step_ms") or {}).get("p50"),
-        "steady_fraction": (m.get("steady") or {}).get("fraction_of_window"),
-        "prefix_cache_hit_rate": (p.get("cache") or {}).get("prefix_cache_hit_rate"),
-        "contamination": ", ".join(sorted({e["kind"] for e in p.get("contamination") or []})) or None,
-        "contamination_checked": ", ".join(p["contamination_checked"]) if "contamination_checked" in p else None,
-        "per_user_output_throughput": m.get("per_user_output_throughput"),
-        "request_throughput": m.get("request_throughput"),
-        "ttft_p50_ms": pct("ttft_ms", "p50"),
-        "ttft_p90_ms": pct("ttft_ms", "p90"),
-        "ttft_p99_ms": pct("ttft_ms", "p99"),
-        "tpot_p50_ms": pct("tpot_ms", "p50"),
-        "tpot_p90_ms": pct("tpot_ms", "p90"),
-        "tpot_p99_ms": pct("tpot_ms", "p99"),
-        "itl_p50_ms": pct("itl_ms", "p50"),
-        "itl_p99_ms": pct("itl_ms", "p99"),
-        "e2e_p50_ms": pct("e2e_ms", "p50"),
-        "e2e_p99_ms": pct("e2e_ms", "p99"),
-        "errors": m.get("errors"),
-        "acceptance_rate": s.get("acceptance_rate"),
-        "mean_acceptance_length": s.get("mean_acceptance_length"),
-        "per_position_acceptance": s.get("per_position_acceptance"),
+        "acceptance_mode": eng.acceptance["mode"],
+        "window": m.window,  # records before the steady window: the whole window (bench.migrate)
+        "output_throughput": m.output_throughput,
+        "output_throughput_whole": m.whole_window().output_throughput,
+        "throughput_halfwidth": precision.output_throughput_halfwidth,
+        "tpot_halfwidth": precision.tpot_halfwidth,
+        "step_p50_ms": pct(m.step_ms, "p50"),
+        "steady_fraction": steady.fraction_of_window,
+        "prefix_cache_hit_rate": p.cache.prefix_cache_hit_rate if p.cache else None,
+        "contamination": ", ".join(sorted({event.kind for event in p.contamination})) or None,
+        "contamination_checked": ", ".join(p.contamination_checked) if p.contamination_checked is not None else None,
+        "per_user_output_throughput": m.per_user_output_throughput,
+        "request_throughput": m.request_throughput,
+        "ttft_p50_ms": pct(m.ttft_ms, "p50"),
+        "ttft_p90_ms": pct(m.ttft_ms, "p90"),
+        "ttft_p99_ms": pct(m.ttft_ms, "p99"),
+        "tpot_p50_ms": pct(m.tpot_ms, "p50"),
+        "tpot_p90_ms": pct(m.tpot_ms, "p90"),
+        "tpot_p99_ms": pct(m.tpot_ms, "p99"),
+        "itl_p50_ms": pct(m.itl_ms, "p50"),
+        "itl_p99_ms": pct(m.itl_ms, "p99"),
+        "e2e_p50_ms": pct(m.e2e_ms, "p50"),
+        "e2e_p99_ms": pct(m.e2e_ms, "p99"),
+        "errors": m.errors,
+        "acceptance_rate": s.acceptance_rate,
+        "mean_acceptance_length": s.mean_acceptance_length,
+        "per_position_acceptance": s.per_position_acceptance,
         "target_attention_backend_ran": e.get("target_attention_backend"),
         "draft_attention_backend_ran": e.get("draft_attention_backend"),
         "kv_cache_dtype_ran": e.get("kv_cache_dtype"),
         "cudagraph_mode": e.get("cudagraph_mode"),
         "kv_cache_tokens": e.get("kv_cache_tokens"),
-        "mismatch": "; ".join(p.get("mismatch") or []) or None,
-        "detail": p.get("detail"),
+        "mismatch": "; ".join(p.mismatch) or None,
+        "detail": p.detail,
         **_workload_columns(p),
     }
 
 
-def _workload_columns(p: dict) -> dict:
-    w = p.get("workload") or {}
-    default = not p["config"].get("workload")
+def _workload_columns(p: PointRecord) -> dict:
+    w = p.workload or {}
     return {
-        "workload": None if default else f"{w.get('id')} {w.get('sampling_label') or ''}".strip(),
-        "load": (p.get("label") or {}).get("shape"),
+        "workload": None if not p.config.workload else f"{w.get('id')} {w.get('sampling_label') or ''}".strip(),
+        "load": p.label.get("shape"),
         "arrival": (w.get("arrival") or {}).get("label"),
-        "categories": p.get("categories"),
+        "categories": p.categories,
     }
 
 
@@ -155,7 +156,7 @@ def axis_columns(points: pd.DataFrame) -> list[str]:
 
 
 def points_table(sweep_dir: Path) -> pd.DataFrame:
-    rows = [point_row(p) for p in SweepStore(sweep_dir).points().values()]
+    rows = [point_row(p) for p in SweepStore(sweep_dir).records().values()]
     extra = sorted({k for r in rows for k in r if k.startswith(AXIS_PREFIX)})
     df = pd.DataFrame(rows, columns=POINT_COLUMNS + extra)
     return df.sort_values(

@@ -244,7 +244,9 @@ def record(draft_backend="CPU_MLA", draft_kv="auto", draft_storage="bfloat16", t
     layer = {"block_size": 16, "kv_spec_dtype": "bfloat16", "kv_cache_dtype": "auto", "backend": target_backend}
     draft = {"block_size": 16, "kv_spec_dtype": draft_storage, "kv_cache_dtype": draft_kv, "backend": draft_backend}
     return {
+        "record_version": 1,
         "rank": 0,
+        "pid": 4242,
         "runner": "v1",
         "runner_class": "vllm.v1.worker.cpu_model_runner.CPUModelRunner",
         "vllm_version": "0.32.0",
@@ -337,9 +339,10 @@ def test_ranks_that_differ_are_flagged():
 def test_records_are_loaded_by_rank_and_cleared_before_a_new_start(tmp_path):
     folder = E.records_dir(tmp_path, "e1")
     folder.mkdir(parents=True)
-    (folder / "effective-rank1-pid9.json").write_text(json.dumps({"rank": 1}))
-    (folder / "effective-rank0-pid8.json").write_text(json.dumps({"rank": 0}))
+    (folder / "effective-rank1-pid9.json").write_text(json.dumps(record(rank=1, pid=9)))
+    (folder / "effective-rank0-pid8.json").write_text(json.dumps(record(rank=0, pid=8)))
     (folder / "effective-broken.json").write_text("{")
+    (folder / "effective-rank2-pid7.json").write_text(json.dumps({"rank": 2}))  # no version, no pid: not a record
     loaded = E.load_records(tmp_path, "e1")
     assert [r["rank"] for r in loaded] == [0, 1] and loaded[0]["path"] == "effective/e1/effective-rank0-pid8.json"
     E.clear_records(tmp_path, "e1")

@@ -90,6 +90,7 @@ def events_ok(task, node):
             "schema_version": SCHEMA_VERSION,
             **base_record(point),
             "status": "ok",
+            "metrics": {},
             "raw": f"raw/{point.id}.parquet",
         }
         out.append({"event": "phase", "phase": "running", "point": point.id, "index": i})

@@ -1,0 +1,238 @@
+"""The records of a results directory, typed: a point record (`points/<id>.json`), the manifest (`manifest.json`)
+and an engine record (`effective/<engine id>/effective-rank*.json`, written inside vLLM's workers by
+bench.profiling.effective_record). bench.store reads and writes every point record and manifest through these
+models, so a record that does not match its schema is refused with the file and the field named, at write time
+(a bug in the bench) and at read time (a hand-edited or foreign file), never deep inside a report.
+
+Versioned: a point record and a manifest carry bench.store.SCHEMA_VERSION (what changed from one version to the
+next, and the step that upgrades an older directory: bench/migrate.py); an engine record carries its own
+`record_version`. The fields the bench reads are typed; a record may hold more (a marker a migration or an
+example's provenance note added, a section a later minor change wrote): those are kept as they are and read by
+name, so the models never drop what a record holds.
+
+To add a record field: write it where the record is built (bench/executor.py for a measured point), declare it
+here with its type (optional, with a default, when older records lack it), and read it as an attribute.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from bench.errors import BenchError
+
+RECORD_VERSION = 1  # engine records (bench.profiling.effective_record.RECORD_VERSION); a test keeps them equal
+
+
+class Open(BaseModel):
+    """Known fields typed and checked; fields not declared are kept (extra="allow")."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Summary(Open):
+    """A distribution summary (bench.metrics.distribution)."""
+
+    mean: float | None = None
+    n: int = 0
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+
+class Precision(Open):
+    """bench.window.precision: relative 95% half-widths over sub-windows of the steady span."""
+
+    confidence: float | None = None
+    sub_windows: int | None = None
+    output_throughput_cv: float | None = None
+    output_throughput_halfwidth: float | None = None
+    tpot_cv: float | None = None
+    tpot_halfwidth: float | None = None
+
+
+class Steady(Open):
+    """bench.window.steady_span: the span in which all C requests were in flight."""
+
+    fraction_of_window: float | None = None
+    span_s: float | None = None
+    output_tokens: int | None = None
+    requests_sent: int | None = None
+    requests_finished: int | None = None
+    spans: list[list[float]] = []
+
+
+class WindowFigures(Open):
+    """Throughput and latency over one window."""
+
+    duration_s: float | None = None
+    output_throughput: float | None = None
+    per_user_output_throughput: float | None = None
+    request_throughput: float | None = None
+    total_token_throughput: float | None = None
+    ttft_ms: Summary | None = None
+    tpot_ms: Summary | None = None
+    itl_ms: Summary | None = None
+    e2e_ms: Summary | None = None
+
+
+class Metrics(WindowFigures):
+    """A measured point's figures: the headline over `window` ("steady", or "whole" for records written before the
+    steady window), the whole window's beside it under `whole`."""
+
+    window: Literal["whole", "steady"] = "whole"
+    whole: WindowFigures | None = None
+    requests: int | None = None
+    completed: int | None = None
+    errors: int | None = None
+    output_tokens: int | None = None
+    error_samples: list[str] = []
+    precision: Precision | None = None
+    steady: Steady | None = None
+    step_ms: Summary | None = None
+
+    def whole_window(self) -> WindowFigures:
+        """The whole window's figures (the headline itself when the headline is the whole window)."""
+        return self.whole if self.whole is not None else self
+
+
+class SpecDecode(Open):
+    """vLLM's speculative-decoding counters over the window (bench.metrics)."""
+
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    per_position_acceptance: list[float | None] | None = None
+    num_drafts: float | None = None
+    num_draft_tokens: float | None = None
+    num_accepted_tokens: float | None = None
+
+
+class Cache(Open):
+    """vLLM's prefix-cache and preemption counters over the window."""
+
+    prefix_cache_hit_rate: float | None = None
+    prefix_cache_hits: float | None = None
+    prefix_cache_queries: float | None = None
+    preemptions: float | None = None
+
+
+class Event(Open):
+    """A server-log event inside a window (bench.contamination)."""
+
+    kind: str
+
+
+class Trial(Open):
+    metrics: Metrics
+    spec_decode: SpecDecode | None = None
+
+
+class EngineSettings(Open):
+    """The engine's configuration as planned (bench.plan.EngineConfig.to_dict)."""
+
+    draft_attention_backend: str | None = None
+    draft_kv_cache_dtype: str | None = None
+    dcp_size: int = 1
+    num_speculative_tokens: int = 0
+    acceptance: dict[str, Any] = {}
+    server: dict[str, Any] = {}
+    axes: dict[str, Any] = {}
+
+    def tensor_parallel_size(self) -> int:
+        return int({**self.server, **self.axes}.get("tensor_parallel_size", 1))
+
+
+class PointConfig(Open):
+    """bench.plan.Point.to_dict: the engine, and the shape (random prompts) or the workload (text)."""
+
+    engine: EngineSettings
+    shape: dict[str, Any] | None = None
+    workload: dict[str, Any] | None = None
+    emulation: dict[str, Any] | None = None
+
+
+class ServerInfo(Open):
+    log: str | None = None
+    ready_s: float | None = None
+    started: str | None = None
+    argv: list[str] = []
+    pids: list[int] = []
+
+
+class PointRecord(Open):
+    """One point's record. `ok`: measured (metrics present); `failed`: the server or the requests failed (reason and
+    detail say how, bench.failures); `skipped`: the plan did not run it (reason says why)."""
+
+    schema_version: int
+    point_id: str
+    engine_id: str
+    status: Literal["ok", "failed", "skipped"]
+    reason: str | None = None
+    detail: str | None = None
+    config: PointConfig
+    label: dict[str, Any] = {}
+    server: ServerInfo = ServerInfo()
+    started: str | None = None
+    finished: str | None = None
+    metrics: Metrics | None = None
+    spec_decode: SpecDecode | None = None
+    trials: list[Trial] = []
+    cache: Cache | None = None
+    contamination: list[Event] = []
+    contamination_checked: list[str] | None = None  # where it was looked for; None: a record from before
+    flags: list[Any] = []
+    effective: dict[str, Any] | None = None
+    mismatch: list[str] = []
+    workload: dict[str, Any] | None = None
+    categories: list[dict[str, Any]] | None = None  # bench.metrics.category_metrics
+    phase: str | None = None
+    raw: str | None = None
+
+    @model_validator(mode="after")
+    def _measured(self) -> PointRecord:
+        if self.status == "ok" and self.metrics is None:
+            raise ValueError("an ok point has metrics")
+        if self.status != "ok" and not self.reason:
+            raise ValueError(f"a {self.status} point says why (reason)")
+        return self
+
+
+class Manifest(Open):
+    """What a sweep planned and on what (bench.sweep._write_manifest; `bench load --url` adds `server_url`)."""
+
+    schema_version: int
+    created: str | None = None
+    plan: list[dict[str, Any]] = []
+    profile: dict[str, Any] = {}
+    counts: dict[str, int] = {}
+    migrations: list[dict[str, Any]] = []
+
+
+class EngineRecord(Open):
+    """What one vLLM worker selected, written by bench.profiling.effective_record inside the worker."""
+
+    record_version: int
+    rank: int
+    pid: int
+    vllm_version: str | None = None
+    runner: str | None = None
+    layers: list[dict[str, Any]] = []
+    dcp_world_size: int | None = None
+    tensor_parallel_size: int | None = None
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse(model: type[M], data: object, path: Path | str) -> M:
+    """`data` as `model`, or a BenchError naming the file and every field that does not match."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(record)'}: {err['msg']}" for err in exc.errors()[:5]
+        )
+        more = f" (and {exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
+        raise BenchError(f"{path}: not a valid {model.__name__}: {problems}{more}") from None
