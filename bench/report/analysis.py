@@ -22,6 +22,7 @@ from bench.report.dcp_view import dcp_rows
 from bench.report.roofline import model_configs
 from bench.report.roofline_check import step_facts
 from bench.report.roofline_points import roofline
+from bench.report.servers import server_table
 from bench.report.speedup import with_speedups
 from bench.report.tables import axis_columns, plain_points, points_table, provenance
 from bench.store import SweepStore
@@ -389,6 +390,7 @@ class ReportData:
     step_shares: dict[Path, CaptureShares] = field(default_factory=dict)  # by profiling folder
     categories: pd.DataFrame = field(default_factory=pd.DataFrame)  # acceptance per workload and category
     dcp: pd.DataFrame = field(default_factory=pd.DataFrame)  # the DCP view (bench.report.dcp_view)
+    servers: pd.DataFrame = field(default_factory=pd.DataFrame)  # start-up and memory (bench.report.servers)
 
 
 def collect(sweep_dir: Path, points: pd.DataFrame | None = None) -> ReportData:
@@ -419,4 +421,5 @@ def collect(sweep_dir: Path, points: pd.DataFrame | None = None) -> ReportData:
         step_shares=nvtx_step_shares(sweep_dir),
         categories=category_table(df),
         dcp=dcp_rows(df, models),
+        servers=server_table(sweep_dir, SweepStore(sweep_dir).records()),
     )

@@ -8,8 +8,9 @@ from pathlib import Path
 from bench.errors import BenchError
 from bench.report.markdown import summary_markdown
 from bench.report.roofline import model_configs
+from bench.report.servers import server_table
 from bench.report.tables import points_table, provenance
-from bench.store import atomic_write_bytes, atomic_write_table
+from bench.store import SweepStore, atomic_write_bytes, atomic_write_table
 
 
 def build_report(sweep_dir: Path, out_dir: Path | None = None) -> dict[str, Path]:
@@ -18,10 +19,11 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None) -> dict[str, Path
         raise BenchError(f"{sweep_dir}: no such results directory")
     out = Path(out_dir or sweep_dir / "report")
     points = points_table(sweep_dir)
-    prov = provenance(sweep_dir)
     paths = {"summary": out / "summary.md", "points_csv": out / "points.csv", "points_parquet": out / "points.parquet"}
-    models = model_configs(sweep_dir)  # the DCP view's MLA shapes
-    atomic_write_bytes(paths["summary"], summary_markdown(points, prov, models).encode())
+    paths["servers_csv"] = out / "servers.csv"
+    servers = server_table(sweep_dir, SweepStore(sweep_dir).records())
+    atomic_write_bytes(paths["summary"], summary_text(sweep_dir, points, servers).encode())
+    atomic_write_bytes(paths["servers_csv"], servers.to_csv(index=False).encode())
     flat = points.drop(columns=["categories"], errors="ignore").assign(  # categories: categories.csv
         per_position_acceptance=points.per_position_acceptance.map(_positions)
     )
@@ -29,6 +31,15 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None) -> dict[str, Path
     atomic_write_table(paths["points_parquet"], flat)
     paths.update(build_html(sweep_dir, out, points))
     return paths
+
+
+def summary_text(sweep_dir: Path, points=None, servers=None) -> str:
+    """summary.md of a results directory (`points`, `servers`: its tables when already read)."""
+    sweep_dir = Path(sweep_dir)
+    points = points_table(sweep_dir) if points is None else points
+    if servers is None:
+        servers = server_table(sweep_dir, SweepStore(sweep_dir).records())
+    return summary_markdown(points, provenance(sweep_dir), model_configs(sweep_dir), servers)  # models: DCP view
 
 
 def build_html(sweep_dir: Path, out: Path, points=None) -> dict[str, Path]:

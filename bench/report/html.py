@@ -28,6 +28,7 @@ from bench.report.analysis import LATENCY_METRICS, ReportData
 from bench.report.categories import html_columns
 from bench.report.dcp_view import COLUMNS as DCP_COLUMNS
 from bench.report.dcp_view import NOTE as DCP_NOTE
+from bench.report.servers import SERVER_HEADERS, SERVER_NOTE
 from bench.report.speedup import page_notes
 from bench.report.tables import AXIS_PREFIX
 
@@ -364,6 +365,11 @@ def page_context(data: ReportData, images: Mapping[str, bytes | None]) -> dict:
             cell_class=lambda col, v: "warn" if col == "mismatch" and not is_missing(v) else None,
             table_id="effective",
         ),
+        "servers": table(
+            data.servers,
+            {k: (h, ".0f" if k == "starts" else None) for k, h in SERVER_HEADERS.items()},
+            table_id="servers",
+        ),
         **patch_tables,
     }
     return {
@@ -391,6 +397,7 @@ def page_context(data: ReportData, images: Mapping[str, bytes | None]) -> dict:
         "provenance": provenance_rows,
         "profile_text": data.manifest.get("profile_text"),
         "sweep_name": data.sweep_dir.name,
+        "server_note": SERVER_NOTE,
     }
 
 

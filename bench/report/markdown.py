@@ -9,6 +9,7 @@ from bench.fmt import fmt, md_rows
 from bench.report.categories import category_markdown, has_workloads
 from bench.report.dcp_view import dcp_markdown
 from bench.report.result_fields import markdown_columns, with_precision
+from bench.report.servers import SERVER_HEADERS, SERVER_NOTE
 from bench.report.speedup import markdown_notes, markdown_results, with_speedups
 from bench.report.tables import AXIS_PREFIX, axis_columns
 
@@ -59,7 +60,9 @@ def _result_columns(points: pd.DataFrame) -> dict[str, tuple[str, int]]:
     return {k: result[k] for k in keys[:at]} | after_k | {k: result[k] for k in keys[at:]}
 
 
-def summary_markdown(points: pd.DataFrame, prov: dict, models: dict | None = None) -> str:
+def summary_markdown(
+    points: pd.DataFrame, prov: dict, models: dict | None = None, servers: pd.DataFrame | None = None
+) -> str:
     points = with_speedups(points)  # over the k = 0 baseline, when the sweep has one
     ok = points[points.status == "ok"]
     bad = points[points.status != "ok"].copy()
@@ -96,6 +99,9 @@ def summary_markdown(points: pd.DataFrame, prov: dict, models: dict | None = Non
     if len(bad):
         lines += ["## Failed and skipped points", "", md_table(bad, FAILED_COLUMNS), ""]
         lines += _flagged(bad, "**What the failed servers had selected, against what was asked (from their logs):**")
+    if servers is not None and len(servers):
+        columns = {k: (h, 0) for k, h in SERVER_HEADERS.items()}
+        lines += ["## Servers", "", md_table(servers, columns), "", SERVER_NOTE, ""]
     lines += ["## Provenance", ""] + [f"- {k}: {v}" for k, v in prov.items()] + [""]
     return "\n".join(lines)
 

@@ -35,6 +35,7 @@ SECTIONS = [
     "roofline",
     "problems",
     "effective",
+    "servers",
     "provenance",
 ]
 

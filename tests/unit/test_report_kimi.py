@@ -37,7 +37,7 @@ def records():
 
 
 def test_stored_model_configs_are_the_ones_the_servers_loaded(records):
-    """models/ of the first sweep's engines was added after the run (store_models.py), the emulated DCP8 rank's by
+    """models/ of the first sweep's engines was added after the run (a one-off script, see the example's README), the emulated DCP8 rank's by
     the sweep itself: each server's model folder name carries the hash of both generated configs, and today's
     generator gives the same folder and exactly these configs."""
     specs = {}

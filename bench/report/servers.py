@@ -1,0 +1,82 @@
+"""The report's server table: per engine config, how its server started and what memory it had, from the point
+records (`server.ready_s` of each start that served points) and vLLM's own start-up lines in the server log (model
+load, engine init and compile times, CUDA graph capture, KV cache memory and tokens). A log that holds several
+starts (a resumed sweep appends) shows every start's value when they differ, joined by "/".
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from bench.records import PointRecord
+
+#: column -> the vLLM log line's pattern (its first group is the value); the same lines in vLLM 0.26 and 0.32-cpu
+LOG_FIGURES: dict[str, re.Pattern[str]] = {
+    "model_gib": re.compile(r"Model loading took ([\d.]+) GiB"),
+    "load_s": re.compile(r"Model loading took [\d.]+ GiB(?: memory)? and ([\d.]+) seconds"),
+    "init_s": re.compile(r"init engine .* took ([\d.]+) s"),
+    "compile_s": re.compile(r"init engine .* \(compilation: ([\d.]+) s\)"),
+    "graphs_s": re.compile(r"Graph capturing finished in (\d+) secs"),
+    "graphs_gib": re.compile(r"Graph capturing finished in \d+ secs, took ([\d.]+) GiB"),
+    "kv_gib": re.compile(r"Available KV cache memory: ([\d.]+) GiB"),
+    "kv_tokens": re.compile(r"GPU KV cache size: ([\d,]+) tokens"),
+    "max_concurrency": re.compile(r"Maximum concurrency for ([\d,]+ tokens per request: [\d.]+x)"),
+}
+_STARTS = re.compile(r"init engine .* took")
+
+SERVER_COLUMNS = ["engine", "engine_id", "starts", "ready_s", *LOG_FIGURES]
+#: column -> header, for summary.md and report.html (values are shown as logged: text)
+SERVER_HEADERS = {
+    "engine": "engine config",
+    "starts": "starts",
+    "ready_s": "ready s (each start)",
+    "model_gib": "model GiB",
+    "load_s": "load s",
+    "init_s": "engine init s",
+    "compile_s": "compile s",
+    "graphs_s": "graph capture s",
+    "graphs_gib": "graphs GiB",
+    "kv_gib": "KV cache GiB",
+    "kv_tokens": "KV tokens",
+    "max_concurrency": "max concurrency at max length",
+}
+SERVER_NOTE = (
+    "One row per engine config with a server log. `ready s`: from the server's start to /health answering, per "
+    "start that served points (bench's clock); the rest is vLLM's own start-up lines in the log. Under DCP N the KV "
+    "tokens are the group's (N x the rank's local slots)."
+)
+
+
+def server_table(sweep_dir: Path, records: dict[str, PointRecord]) -> pd.DataFrame:
+    """One row per engine config that has a server log, in engine-label order."""
+    by_engine: dict[str, list[PointRecord]] = {}
+    for record in records.values():
+        by_engine.setdefault(record.engine_id, []).append(record)
+    rows = []
+    for engine_id, points in by_engine.items():
+        log = Path(sweep_dir) / (points[0].server.log or f"logs/server-{engine_id}.log")
+        if not log.is_file():
+            continue
+        text = log.read_text(errors="replace")
+        ready = {p.server.started: p.server.ready_s for p in points if p.server.ready_s is not None}
+        rows.append(
+            {
+                "engine": points[0].label.get("engine"),
+                "engine_id": engine_id,
+                "starts": len(_STARTS.findall(text)) or None,
+                "ready_s": "/".join(f"{ready[t]:.0f}" for t in sorted(ready, key=str)) or None,
+                **{column: _values(pattern.findall(text)) for column, pattern in LOG_FIGURES.items()},
+            }
+        )
+    df = pd.DataFrame(rows, columns=SERVER_COLUMNS)
+    return df.sort_values(["engine", "engine_id"], kind="stable").reset_index(drop=True)
+
+
+def _values(found: list[str]) -> str | None:
+    """One value when every start logged the same, else each start's in log order; None when not logged."""
+    if not found:
+        return None
+    return found[0] if len(set(found)) == 1 else "/".join(found)
