@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
-from bench.models import NOAUX_TC_ROUTING
+from bench.models import MLA_DIMS, NOAUX_TC_ROUTING  # DeepSeek-V3 MLA dims: the tiny model and Kimi share them
 
 NAME = "kimi-rank"
 # The full model (public Kimi K2 / K2.5 / K2.6 text config; docs/kimi-rank.md).
@@ -31,7 +31,6 @@ HIDDEN = 7168
 LAYERS = 61
 HEADS = 64
 Q_LORA_RANK = 1536
-MLA_DIMS = {"kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
 INTERMEDIATE = 18432
 MOE_INTERMEDIATE = 2048
 N_ROUTED_EXPERTS = 384

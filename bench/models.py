@@ -23,7 +23,7 @@ SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
 # Part of the cache key: a cached model whose tokenizer an older generator wrote is never reused.
 # 1: word-level `w<id>`; 2: byte-level (specials 0-2, bytes 3-258, multi-byte fillers up to the vocab size).
 TOKENIZER_VERSION = 2
-MLA_DIMS = {"kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
+MLA_DIMS = {"kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}  # DeepSeek-V3's
 ROPE_SCALING = {
     "type": "yarn",
     "factor": 32.0,

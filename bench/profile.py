@@ -14,12 +14,13 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from bench.axes import AXES, check_values
 from bench.errors import BenchError
 from bench.kimi_rank import is_kimi_rank, parse_spec
 from bench.run_options import Run
+from bench.schema import Strict
 from bench.workloads.arrival import Arrival
 from bench.workloads.point import RANDOM, Sampling
 from bench.workloads.spec import parse_source
@@ -36,10 +37,6 @@ RESERVED_SERVER_ARGS = {
     "served_model_name",
     "load_format",
 }
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Shape(Strict):

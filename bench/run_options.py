@@ -7,14 +7,12 @@ Kept apart from bench/profile.py so that the profile module stays one screenful 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from bench.schema import Strict
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Run(_Strict):
+class Run(Strict):
     num_prompts: int = Field(default=16, ge=1)  # measured requests per shape (at least the concurrency)
     warmup_prompts: int = Field(default=2, ge=0)
     seed: int = 0

@@ -28,17 +28,15 @@ from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from bench.schema import Strict
 
 INF = math.inf
 T = TypeVar("T")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RampUp(_Strict):
+class RampUp(Strict):
     """The request rate grows from start_rps to end_rps over the run (vLLM: --ramp-up-strategy/-start-rps/-end-rps).
     A start of 0 is refused: vLLM's own check allows it for linear, then its generator asserts a positive rate."""
 
@@ -53,7 +51,7 @@ class RampUp(_Strict):
         return self
 
 
-class Arrival(_Strict):
+class Arrival(Strict):
     """How a workload's requests arrive. Defaults: all at once (rate inf), no cap."""
 
     request_rate: float = Field(default=INF, gt=0)  # requests/s; inf = no pacing

@@ -8,13 +8,11 @@ import random
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from bench.schema import Strict
 
 DEFAULT_CATEGORY = "uncategorized"  # rows that name no category
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Message(Strict):

@@ -11,20 +11,19 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from bench.schema import Strict
 from bench.workloads.arrival import Arrival
 
 RANDOM = "random"  # the default workload's id, and the kind of token-id workloads
 RANDOM_CATEGORY = "random"  # the one category of a random workload
 
 
-class Sampling(BaseModel):
+class Sampling(Strict):
     """Sampling of a text workload's requests. Unset fields are not sent: the server's defaults apply (vLLM's
     `--generation-config auto`, its default, takes them from the model's generation_config.json), and an answer
     stops at EOS unless `ignore_eos`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     temperature: float | None = Field(default=None, ge=0)
     top_p: float | None = Field(default=None, gt=0, le=1)

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, TypeAdapter, ValidationError
 
 from bench.errors import BenchError
-from bench.workloads.conversation import Strict
+from bench.schema import Strict
 
 SPEED_BENCH_SUBSETS = (
     "qualitative",
