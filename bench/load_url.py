@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import http_client as http
 from bench import metrics as M
 from bench.environment import collect_environment
 from bench.errors import BenchError
@@ -81,8 +80,7 @@ class RemoteServer:
 
 
 def _get(base_url: str, path: str, timeout: float = PROBE_TIMEOUT_S) -> bytes:
-    with urllib.request.urlopen(base_url + path, timeout=timeout) as resp:
-        return resp.read()
+    return http.get(base_url + path, timeout)
 
 
 def probe_server(url: str, model: str | None) -> dict:
@@ -135,12 +133,8 @@ def _json_or_none(base: str, path: str) -> dict | None:
 def sends_request_spec(base: str, model: str) -> bool:
     """Whether the server's responses carry each request's acceptance: one short chat request, looked at."""
     body = {"model": model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4}
-    req = urllib.request.Request(
-        base + "/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
     try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            answer = json.loads(resp.read())
+        answer = json.loads(http.post(base + "/v1/chat/completions", body, timeout=60))
     except (OSError, ValueError):
         return False
     return bool((answer.get("metrics") or {}).get("speculative_decoding"))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-import urllib.request
 
 import numpy as np
 
+from bench import http_client as http
 from bench import window as W
 from bench.errors import BenchError
 
@@ -70,8 +70,7 @@ def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
 
 
 def scrape(base_url: str, timeout: float = 10) -> str:
-    with urllib.request.urlopen(base_url + "/metrics", timeout=timeout) as resp:
-        return resp.read().decode()
+    return http.get(base_url + "/metrics", timeout).decode()
 
 
 def spec_counters(samples) -> dict:

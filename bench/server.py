@@ -15,14 +15,13 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import psutil
 
+from bench import http_client as http
 from bench.failures import classify_log
 from bench.guard import group_members, stop_group, wait_until
 from bench.store import atomic_write_bytes
@@ -180,11 +179,7 @@ class Server:
             raise
 
     def health(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.base_url + "/health", timeout=5) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+        return http.status(self.base_url + "/health", timeout=5) == 200
 
     def check_alive(self) -> None:
         """Raise ServerFailed (classified from the log) if the server or its engine has died."""

@@ -12,11 +12,11 @@ import json
 import logging
 import shutil
 import subprocess
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import http_client as http
 from bench.errors import BenchError
 from bench.profiling.targets import DOMAIN
 
@@ -205,6 +205,4 @@ def _finalize_timing(timing_dir: Path, out_dir: Path) -> dict[str, Any]:
 
 
 def _post(url: str) -> None:
-    req = urllib.request.Request(url, data=b"", method="POST")
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        resp.read()
+    http.post(url, None, timeout=120)
