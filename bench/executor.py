@@ -94,7 +94,7 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
     if ctx.capture:
         spec.argv = ctx.capture.wrap(spec.argv, engine.id)
     server = Server(spec)
-    ctx.progress.starting(points[0], " ".join(spec.argv[3:]))
+    ctx.progress.starting(points[0], " ".join(spec.argv[3:]), len(points))
     try:
         try:
             running = _start(ctx, engine, server, vocab)

@@ -229,7 +229,10 @@ def load_url(request: LoadRequest) -> SweepOutcome:
     progress = Progress(len(points), request.quiet)
     progress.say(f"load {plan.profile.name}: {len(points)} points against {facts['url']} -> {store.root}")
     salt = manifest["prompt_salt"]
-    run_points(SweepContext(store=store, progress=progress, plan=plan, salt=salt), running, points)
+    try:
+        run_points(SweepContext(store=store, progress=progress, plan=plan, salt=salt), running, points)
+    finally:
+        progress.close()
     statuses = [p["status"] for p in store.points().values()]
     counts = {s: statuses.count(s) for s in ("ok", "failed", "skipped")}
     return SweepOutcome(store.root, _report(store.root), counts)

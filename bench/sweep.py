@@ -202,6 +202,7 @@ def _run_points(plan: Plan, store: SweepStore, existing: dict[str, dict], option
             for engine, points in todo:
                 run_engine(ctx, engine, points)
     finally:
+        progress.close()
         signal.signal(signal.SIGTERM, previous)
 
 

@@ -26,12 +26,11 @@ from typing import Any
 from bench.distributed import cluster as C
 from bench.distributed.ledger import LEDGER, read_ledger
 from bench.distributed.placement import NODE_LOST, Cluster, Placement, place, skip_reason
-from bench.distributed.view import PlainView, Tracker, make_view
 from bench.distributed.worker import EngineJob, run_job
 from bench.errors import BenchError
 from bench.executor import SweepContext
 from bench.plan import EngineConfig, Point
-from bench.progress import base_record, now
+from bench.progress import PlainView, Tracker, base_record, make_view, now
 from bench.store import atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger(__name__)

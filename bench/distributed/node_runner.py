@@ -45,7 +45,7 @@ class EventProgress(Progress):
         super().__init__(total, quiet=True)  # no lines: the worker turns the events into the live view
         self.out, self.index, self.profiled = out, 0, profiled
 
-    def starting(self, point: Point, command: str) -> None:
+    def starting(self, point: Point, command: str, points: int | None = None) -> None:
         emit(self.out, {"event": "phase", "phase": "loading", "point": None})
 
     def running(self, point: Point) -> None:

@@ -76,7 +76,7 @@ def faulted(cluster):
     seen: dict = {}
 
     def inject(line: str, proc: subprocess.Popen) -> None:
-        # Lines: "[ray 1/4 points, ETA 0.1 min] NODE ENGINE: PHASE [note]" (bench.distributed.view.PlainView)
+        # Lines: "[ray 1/4 points, ETA 0.1 min] NODE ENGINE: PHASE [note]" (bench.progress.PlainView)
         if " worker/" in line and ": loading" in line and "lost_engine" not in seen:
             # Its server is starting (a CPU point takes a second or two: killing during one would race it).
             time.sleep(5.0)

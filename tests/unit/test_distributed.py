@@ -21,11 +21,11 @@ from bench.distributed.placement import (
     place,
     skip_reason,
 )
-from bench.distributed.view import PlainView, Tracker
 from bench.distributed.worker import _FileSync
 from bench.hardware import Machine
 from bench.plan import make_plan
 from bench.profile import parse_profile
+from bench.progress import PlainView, Tracker
 from bench.sweep import _needs_run
 
 
@@ -208,7 +208,7 @@ def test_the_ledger_keeps_earlier_runs(tmp_path):
 
 
 def test_rich_view_draws_one_row_per_engine_config_in_flight():
-    from bench.distributed.view import RichView, make_view
+    from bench.progress import RichView, make_view
 
     tracker = Tracker(total=4, lanes_max=2, clock=Clock())
     tracker.add("a", "CPU_MLA/auto dcp1 k2", 2)
@@ -219,7 +219,7 @@ def test_rich_view_draws_one_row_per_engine_config_in_flight():
     view.changed("a")
     view.close()
     text = out.getvalue()
-    assert "ray sweep: 0/4 points, ETA ?" in text and "head/abc123" in text and "capturing" in text
+    assert "ray: 0/4 points, ETA ?" in text and "head/abc123" in text and "capturing" in text
     assert type(make_view(tracker, quiet=False, stream=io.StringIO())) is PlainView  # not a terminal
 
 

@@ -10,7 +10,7 @@ import queue
 
 from bench.distributed import worker
 from bench.distributed.node_runner import EventCapture, EventProgress
-from bench.distributed.view import PlainView, Tracker
+from bench.progress import PlainView, Tracker
 from tests.unit.test_distributed import Clock
 from tests.unit.test_ray_driver import plan_for
 
