@@ -5,15 +5,8 @@ from __future__ import annotations
 import io
 
 from bench.progress import Progress, RichView
+from tests.unit.test_distributed import Clock
 from tests.unit.test_ray_driver import plan_for
-
-
-class Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def test_plain_lines_with_a_measured_eta_and_lanes_that_end():
