@@ -89,6 +89,8 @@ class Tracker:
         self.total += requeued
 
     def phase_text(self, lane: Lane) -> str:
+        if lane.phase == "running" and lane.done >= lane.index:  # its point is over: never reads "running" again
+            return f"point {lane.index} of {lane.points} done"
         if lane.phase == "running":
             return f"running point {lane.index} of {lane.points}" + (", profiled" if lane.profiled else "")
         if lane.phase == "exporting":

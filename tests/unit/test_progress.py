@@ -29,7 +29,8 @@ def test_plain_lines_with_a_measured_eta_and_lanes_that_end():
     assert lines[0] == f"[sweep 0/4 points, ETA ?] local {label}: loading starting server (vllm serve ...)"
     assert lines[1] == f"[sweep 0/4 points, ETA ?] local {label}: running point 1 of 2 {pts1[0].id} {pts1[0].label}"
     # measured: 30 s start-up, 10 s a point; left: this lane's second point
-    assert lines[2].startswith("[sweep 1/4 points, ETA 0.2 min]") and lines[2].endswith(f"{pts1[0].id} ok 100.0 tok/s")
+    assert lines[2] == f"[sweep 1/4 points, ETA 0.2 min] local {label}: point 1 of 2 done {pts1[0].id} ok 100.0 tok/s"
+    assert not any(": running" in line for line in (lines[2], lines[4])), "a finished point's line never says running"
     assert lines[4].startswith("[sweep 2/4 points") and "FAILED engine-dead: gone" in lines[4]
     # the next server: its start-up and two points, 30 + 2 x 10 s
     assert lines[5] == f"[sweep 2/4 points, ETA 0.8 min] local {e2.label()}: loading starting server (vllm serve ...)"
