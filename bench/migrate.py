@@ -2,7 +2,8 @@
 (bench.store.SCHEMA_VERSION), in place, one version step at a time, each step a function here. Measurements are
 never recomputed (that is `bench report --recompute`): a step only makes explicit what the older bench left
 implicit, or adds a view it did not store, from the directory's own files. Idempotent: a current directory is left
-as it is.
+as it is. After the steps every record is read against its model (bench.records), so a record no step could make
+valid is named with its file and field, here and not later in a report.
 
 Schema 2 (this bench): every measured point record says which window its headline is (`metrics.window`; before
 the steady window every headline was the whole window), has the whole window's figures under `metrics.whole`, and
@@ -78,4 +79,5 @@ def migrate(root: Path) -> list[dict]:
         manifest = {**manifest, "schema_version": version}
         manifest["migrations"] = [*(manifest.get("migrations") or []), taken[-1]]
         atomic_write_json(path, manifest)
+    store.manifest(), store.points()  # the upgraded records against their models (bench.records): file and field
     return taken

@@ -56,3 +56,12 @@ def test_the_cli_migrates_and_says_what_changed(v1, capsys):
     assert main(["migrate", str(v1)]) == 0
     assert "already current" in capsys.readouterr().out
     assert main(["migrate", str(v1.parent / "nothing")]) != 0
+
+
+def test_a_record_the_upgrade_cannot_make_valid_is_named(v1):
+    path = sorted((v1 / "points").glob("*.json"))[0]
+    record = json.loads(path.read_text())
+    record["status"] = "finished"  # no schema version ever had it
+    path.write_text(json.dumps(record))
+    with pytest.raises(BenchError, match=rf"{path.name}: not a valid PointRecord: status"):
+        migrate(v1)
