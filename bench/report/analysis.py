@@ -327,12 +327,13 @@ SUMMARY_KEYS = {"name", "count", "cpu_ns_total", "cpu_ns_mean", "gpu_busy_ns_mea
 RANGES_KEYS = {"name", "cpu_ns", "gpu_busy_ns", "gpu_sum_ns", "gpu_span_ns", "launches"}
 
 
-def nvtx_summaries(sweep_dir: Path) -> list[tuple[Path, pd.DataFrame]]:
-    """(file, per-range-name summary) per folder of profiling tables (profile/**.parquet, where `bench profile`
-    writes its analyses): a summary table (nsys_summary / summary) is used as is; a folder with only a ranges
-    table is summarized with bench.profiling.nsys_analysis.summarize_ranges; other tables (kernels) are
-    ignored. Empty when there are none, and the HTML then has no NVTX section."""
-    by_dir: dict[Path, dict[str, tuple[Path, pd.DataFrame]]] = {}
+ProfilingTables = dict[Path, dict[str, tuple[Path, pd.DataFrame]]]  # folder -> kind -> (file, table)
+
+
+def profiling_tables(sweep_dir: Path) -> ProfilingTables:
+    """Each folder of profiling tables (profile/**.parquet, where `bench profile` writes its analyses), read once:
+    its summary table (nsys_summary / summary) and its ranges table, by kind; other tables (kernels) are ignored."""
+    by_dir: ProfilingTables = {}
     for path in sorted(Path(sweep_dir).glob("profile/**/*.parquet")):
         try:
             table = pd.read_parquet(path)
@@ -342,7 +343,14 @@ def nvtx_summaries(sweep_dir: Path) -> list[tuple[Path, pd.DataFrame]]:
         kind = "summary" if cols >= SUMMARY_KEYS else "ranges" if cols >= RANGES_KEYS else None
         if kind:
             by_dir.setdefault(path.parent, {}).setdefault(kind, (path, table))
-    return [found.get("summary") or _summarized(*found["ranges"]) for _, found in sorted(by_dir.items())]
+    return by_dir
+
+
+def nvtx_summaries(tables: ProfilingTables) -> list[tuple[Path, pd.DataFrame]]:
+    """(file, per-range-name summary) per profiling folder: its summary table as is, or its ranges table
+    summarized with bench.profiling.nsys_analysis.summarize_ranges. Empty when there are none, and the HTML then
+    has no NVTX section."""
+    return [found.get("summary") or _summarized(*found["ranges"]) for _, found in sorted(tables.items())]
 
 
 def _summarized(path: Path, ranges: pd.DataFrame) -> tuple[Path, pd.DataFrame]:
@@ -353,17 +361,17 @@ def _summarized(path: Path, ranges: pd.DataFrame) -> tuple[Path, pd.DataFrame]:
     return path, summarize_ranges(ranges)
 
 
-def nvtx_step_shares(sweep_dir: Path) -> dict[Path, CaptureShares]:
+def nvtx_step_shares(tables: ProfilingTables) -> dict[Path, CaptureShares]:
     """Decode-step shares (bench.profiling.step_shares) per profiling folder whose ranges table has threads and
     times (an nsys capture's analysis) and decode steps, keyed by the folder."""
     out = {}
-    for path in sorted(Path(sweep_dir).glob("profile/**/nsys_ranges.parquet")):
-        try:
-            shares = shares_of(pd.read_parquet(path, columns=RANGE_COLUMNS), path.parent)
-        except (OSError, ValueError, KeyError):
+    for folder, found in sorted(tables.items()):
+        ranges = found.get("ranges", (None, None))[1]
+        if ranges is None or not set(RANGE_COLUMNS) <= set(ranges.columns):
             continue
+        shares = shares_of(ranges[RANGE_COLUMNS], folder)
         if shares.table is not None:
-            out[path.parent] = shares
+            out[folder] = shares
     return out
 
 
@@ -393,14 +401,16 @@ class ReportData:
     servers: pd.DataFrame = field(default_factory=pd.DataFrame)  # start-up and memory (bench.report.servers)
 
 
-def collect(sweep_dir: Path, points: pd.DataFrame | None = None) -> ReportData:
-    """Every table of the report; `points`: an already read points_table of the same directory."""
+def collect(sweep_dir: Path, points: pd.DataFrame | None = None, servers: pd.DataFrame | None = None) -> ReportData:
+    """Every table of the report; `points`, `servers`: an already read points_table / server_table of the same
+    directory."""
     sweep_dir = Path(sweep_dir)
     manifest = SweepStore(sweep_dir).manifest()
     df = enrich(points_table(sweep_dir) if points is None else points, point_extras(sweep_dir))
     df = with_speedups(df)  # over the k = 0 baseline, when the sweep has one
     models = model_configs(sweep_dir)
     roof, inputs, notes = roofline(df, manifest, models, step_facts(sweep_dir))
+    profiling = profiling_tables(sweep_dir)
     return ReportData(
         sweep_dir=sweep_dir,
         manifest=manifest,
@@ -417,9 +427,9 @@ def collect(sweep_dir: Path, points: pd.DataFrame | None = None) -> ReportData:
         roofline=roof,
         roofline_inputs=inputs,
         roofline_notes=notes,
-        nvtx=nvtx_summaries(sweep_dir),
-        step_shares=nvtx_step_shares(sweep_dir),
+        nvtx=nvtx_summaries(profiling),
+        step_shares=nvtx_step_shares(profiling),
         categories=category_table(df),
         dcp=dcp_rows(df, models),
-        servers=server_table(sweep_dir, SweepStore(sweep_dir).records()),
+        servers=server_table(sweep_dir, SweepStore(sweep_dir).records()) if servers is None else servers,
     )

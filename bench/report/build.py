@@ -29,7 +29,7 @@ def build_report(sweep_dir: Path, out_dir: Path | None = None) -> dict[str, Path
     )
     atomic_write_bytes(paths["points_csv"], flat.to_csv(index=False).encode())
     atomic_write_table(paths["points_parquet"], flat)
-    paths.update(build_html(sweep_dir, out, points))
+    paths.update(build_html(sweep_dir, out, points, servers))
     return paths
 
 
@@ -42,13 +42,13 @@ def summary_text(sweep_dir: Path, points=None, servers=None) -> str:
     return summary_markdown(points, provenance(sweep_dir), model_configs(sweep_dir), servers)  # models: DCP view
 
 
-def build_html(sweep_dir: Path, out: Path, points=None) -> dict[str, Path]:
+def build_html(sweep_dir: Path, out: Path, points=None, servers=None) -> dict[str, Path]:
     """report.html (self-contained) and plots/<name>.png; a plot with nothing to draw is not written."""
     from bench.report.analysis import collect
     from bench.report.figures import draw_all
     from bench.report.html import render_html
 
-    data = collect(sweep_dir, points)
+    data = collect(sweep_dir, points, servers)
     images = draw_all(data)
     paths = {}
     for name, png in images.items():
