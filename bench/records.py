@@ -23,8 +23,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from bench.errors import BenchError
 
-RECORD_VERSION = 1  # engine records (bench.profiling.effective_record.RECORD_VERSION); a test keeps them equal
-
 
 class Open(BaseModel):
     """Known fields typed and checked; fields not declared are kept (extra="allow")."""

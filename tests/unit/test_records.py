@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.errors import BenchError
-from bench.profiling import effective_record
-from bench.records import RECORD_VERSION, PointRecord
+from bench.records import PointRecord
 from bench.report.tables import points_table
 from bench.store import SweepStore
 
@@ -93,6 +92,3 @@ def test_broken_json_is_named(results):
     with pytest.raises(BenchError, match=r"not JSON .*edited or copied in part"):
         store.records()
 
-
-def test_engine_record_version_is_the_writers():
-    assert RECORD_VERSION == effective_record.RECORD_VERSION
