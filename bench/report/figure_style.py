@@ -80,38 +80,37 @@ def shape_x(df: pd.DataFrame) -> ShapeAxis:
     """The concurrency itself when input/output lengths are the same everywhere (log2 scale when it spans 4x or
     more), else one category per (concurrency, input, output) shape ordered by concurrency; a text workload's
     point (no fixed input length) is its load label (the `shape` column, bench.report.analysis.enrich)."""
-    labels_of = df["shape"] if "shape" in df else pd.Series([None] * len(df), index=df.index)
+    labels_of = df["shape"] if "shape" in df else pd.Series([""] * len(df), index=df.index)
     keys = [
-        (_num(c), _num(i), _num(o), None if _num(i) is not None else label)
+        (_num(c), _num(i), _num(o), "" if _num(i) != math.inf else str(label or ""))
         for c, i, o, label in zip(df.concurrency, df.input_len, df.output_len, labels_of)
     ]
-    concurrencies = [k[0] for k in keys]
-    if len({(i, o, label) for _, i, o, label in keys}) <= 1 and None not in concurrencies:
-        vals = sorted({int(c) for c in concurrencies if c is not None})
+    if len({k[1:] for k in keys}) <= 1 and all(k[0] != math.inf for k in keys):
+        vals = sorted({int(k[0]) for k in keys})
         log = len(vals) > 1 and vals[-1] / max(vals[0], 1) >= 4
         return ShapeAxis(
             df.concurrency.astype(float), vals, [str(v) for v in vals], "concurrency (requests in flight)", log
         )
-    order = sorted(set(keys), key=lambda k: tuple((v is None, v if v is not None else 0) for v in k[:3]) + (str(k[3]),))
+    order = sorted(set(keys))
     pos = {k: i for i, k in enumerate(order)}
     x = pd.Series([float(pos[k]) for k in keys], index=df.index)
-    labels = [wrap(label, 16) if label is not None else f"{_int(c)}\n{_int(i)}/{_int(o)}" for c, i, o, label in order]
-    text = any(k[3] is not None for k in order)
+    labels = [wrap(label, 16) if label else f"{_int(c)}\n{_int(i)}/{_int(o)}" for c, i, o, label in order]
+    text = any(k[3] for k in order)
     title = "batch shape: concurrency, input/output tokens" + (" (text workloads: their load)" if text else "")
     return ShapeAxis(x, list(range(len(order))), labels, title, False)
 
 
-def _num(value) -> float | None:
-    """A shape number, None when missing (NaN never reaches a set or a sort)."""
+def _num(value) -> float:
+    """A shape number; inf when missing (NaN breaks sets and sorts, inf equals itself and sorts last)."""
     try:
         value = float(value)
     except (TypeError, ValueError):
-        return None
-    return None if math.isnan(value) else value
+        return math.inf
+    return math.inf if math.isnan(value) else value
 
 
-def _int(value: float | None) -> str:
-    return "?" if value is None else str(int(value))
+def _int(value: float) -> str:
+    return "?" if value == math.inf else str(int(value))
 
 
 def wrap(text: str, width: int = 28) -> str:
