@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.records import PointRecord
+from bench.store import SweepStore
 
 #: column -> the vLLM log line's pattern (its first group is the value); the same lines in vLLM 0.26 and 0.32-cpu
 LOG_FIGURES: dict[str, re.Pattern[str]] = {
@@ -55,9 +56,10 @@ def server_table(sweep_dir: Path, records: dict[str, PointRecord]) -> pd.DataFra
     by_engine: dict[str, list[PointRecord]] = {}
     for record in records.values():
         by_engine.setdefault(record.engine_id, []).append(record)
-    rows = []
+    rows, store = [], SweepStore(sweep_dir)
     for engine_id, points in by_engine.items():
-        log = Path(sweep_dir) / (points[0].server.log or f"logs/server-{engine_id}.log")
+        stored = points[0].server.log  # as the sweep wrote it, relative to the results directory
+        log = Path(sweep_dir) / stored if stored else store.log_path(engine_id)
         if not log.is_file():
             continue
         text = log.read_text(errors="replace")
