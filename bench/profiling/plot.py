@@ -73,8 +73,8 @@ def _draw_bars(ax, df: pd.DataFrame) -> None:
     if len(positive) and positive.max() / positive.min() > 1e3:
         ax.set_xscale("log")
         # plain numbers ("0.01", "100") instead of $10^{n}$, and no minor ticks: matplotlib's mathtext parser and
-        # the ~90 minor tick objects were half the chart's cost in a fresh process (0.3 of 0.6 s on the CPU
-        # machine), and `bench profile analyze` always is one
+        # the ~90 minor tick objects took 0.27-0.32 s of the chart's draw in a fresh process, 0.17 s without them
+        # (CPU machine, the 65 MB benchmark export's summary, 3 runs each), and `bench profile analyze` always is one
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_locator(NullLocator())
     ax.legend(loc="lower right", fontsize=8)  # "best" searches every artist: slow
