@@ -91,4 +91,3 @@ def test_broken_json_is_named(results):
     path.write_text('{"point_id": ')
     with pytest.raises(BenchError, match=r"not JSON .*edited or copied in part"):
         store.records()
-
