@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On the H200 host after install-on-gpu-host.sh, vLLM 0.26.0: issue 21, one rank of DCP-N through vLLM's own DCP
 # code on a loopback group (profiles/kimi-k2.6-rank-h200-dcp.toml, bench/profiling/dcp_loopback.py), V2 runner.
-# Resumable across calls: results stay in /tmp/res on the machine and go back as $OUT/dcp.tgz after every call.
+# Resumable across calls: results stay in /tmp/res on the machine and go back as $OUT/dcp.tgz after every call. A
+# lease that finds no /tmp/res/dcp starts from the committed reports/examples/kimi-rank-h200-dcp/sweep (its points are
+# done; `--resume` runs the ones it lacks).
 # Usage: issue21-dcp.sh BUDGET_SECONDS STEP...
 #   unpatched  vLLM as installed (no patch), vLLM's own speculative keys (--draft-keys upstream), DCP 4 at 1x8192:
 #              expected to die in warm-up with the seed's crash, classified dcp-draft-seq-lens-none
@@ -44,6 +46,8 @@ for step in "$@"; do
     patched)
       [ -e /tmp/bench-patched ] || { python -m bench patch apply && touch /tmp/bench-patched; } || exit 1
       python -m bench patch status > "$OUT/patch-status.txt"
+      committed=reports/examples/kimi-rank-h200-dcp/sweep
+      [ -d /tmp/res/dcp ] || [ ! -e $committed/manifest.json ] || cp -r $committed /tmp/res/dcp
       sweep dcp "$(points_of ${DCP_SIZES:-4,8,2,1} ${SHAPES:-1x8192x256,8x8192x256})" ;;
   esac
 done
