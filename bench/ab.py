@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError, ExitCode
+from bench.files import atomic_write_bytes
 from bench.fmt import md_rows
 from bench.hardware import detect_machine
 from bench.stats import CPU_AA_BETWEEN_CV, look_level, plan_design
@@ -129,7 +130,6 @@ def run_ab(
             raise BenchError(f"ab --rounds {rounds}: {design}")
     print(f"ab design: {design}", file=sys.stderr, flush=True)
     from bench.compare import compare_dirs, compare_markdown, outcome
-    from bench.store import atomic_write_bytes
 
     def judge_now(level: float) -> dict:
         return compare_dirs(

@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bench.files import atomic_write_json
+
 if TYPE_CHECKING:
     from bench.hardware import Machine
 
@@ -135,8 +137,6 @@ def cached_measure(
     """The measurement cached in cache_dir/bandwidth.json under machine_key, else a new one (`measure_fn`, default
     measure_in_child), cached when it has a number. An entry of another METHOD is measured again; an unreadable
     cache file is measured over. The result says where it came from (`source`)."""
-    from bench.store import atomic_write_json
-
     path = Path(cache_dir) / CACHE_FILE
     try:
         cache = json.loads(path.read_text())

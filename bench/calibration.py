@@ -18,9 +18,9 @@ import numpy as np
 
 from bench.bandwidth import default_cache_dir
 from bench.environment import suite_git
+from bench.files import atomic_write_json
 from bench.hardware import Machine
 from bench.progress import now
-from bench.store import atomic_write_json
 
 FILE = "calibration.json"
 PLAN_METRIC = "output_throughput"

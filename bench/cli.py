@@ -13,6 +13,7 @@ import sys
 
 from bench.cli_parser import build_parser
 from bench.errors import BenchError, ExitCode
+from bench.files import atomic_write_bytes
 
 __all__ = ["NO_NSYS", "build_parser", "main"]
 
@@ -185,8 +186,6 @@ def _profile_shares(args: argparse.Namespace) -> int:
     text = shares_report({str(d): read_shares(d) for d in args.file})
     print(text, end="")
     if args.out:
-        from bench.store import atomic_write_bytes
-
         atomic_write_bytes(args.out / "step-shares.md", text.encode())
         print(f"written: {args.out / 'step-shares.md'}", file=sys.stderr)
     return 0
@@ -207,8 +206,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     text = compare_markdown(result)
     print(text)
     if args.out:
-        from bench.store import atomic_write_bytes
-
         atomic_write_bytes(args.out, text.encode())
     code, line = outcome(result)
     print(line, file=sys.stderr)

@@ -127,8 +127,8 @@ def _add_profile(sub: argparse._SubParsersAction) -> None:
     prof.add_argument(
         "--no-plot",
         action="store_true",
-        help="with 'analyze': tables only, no range-breakdown PNG (0.74 s less at 65 MB on the H200 host, measured "
-        "before the chart dropped mathtext tick labels)",
+        help="with 'analyze': tables only, no range-breakdown PNG (drawn by a child process beside the read: "
+        "0.32 s less at 65 MB on the 2-core CPU machine, reports/examples/nsys-analyze-speed)",
     )
     prof.add_argument(
         "--verify",

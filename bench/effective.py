@@ -22,11 +22,11 @@ import re
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.files import atomic_write_bytes
 from bench.metrics import info_labels
 from bench.profiling.effective_record import FILE_PREFIX
 from bench.profiling.plugin import ENV_EFFECTIVE_DIR
 from bench.records import EngineRecord, parse
-from bench.store import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

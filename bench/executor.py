@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING
 
 from bench import metrics as M
 from bench.effective import clear_records, load_records, mismatches, read_effective, record_env
+from bench.files import atomic_write_json
 from bench.fmt import fmt
 from bench.launch import SERVED_NAME, server_spec
 from bench.plan import EngineConfig, Plan, Point, dataset_for
 from bench.progress import Progress, base_record, now
 from bench.server import Server, ServerFailed
-from bench.store import SweepStore, atomic_write_json
+from bench.store import SweepStore
 from bench.trial import PointAborted, Serving, Trial, TrialContext, closed_loop_concurrency, measured_trial
 
 if TYPE_CHECKING:

@@ -20,8 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.files import atomic_write_json
 from bench.progress import now
-from bench.store import MANIFEST, SCHEMA_VERSION, SweepStore, atomic_write_json
+from bench.store import MANIFEST, SCHEMA_VERSION, SweepStore
 
 
 def _point_v1_to_v2(record: dict) -> list[str]:

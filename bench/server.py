@@ -23,8 +23,8 @@ import psutil
 
 from bench import http_client as http
 from bench.failures import classify_log
+from bench.files import atomic_write_bytes
 from bench.guard import group_members, stop_group, wait_until
-from bench.store import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 GUARD = Path(__file__).with_name("guard.py")

@@ -3,53 +3,18 @@ logs. Every write is atomic (temp + rename), so killing the sweep at any moment 
 
 from __future__ import annotations
 
-import io
 import json
-import os
-import tempfile
 from pathlib import Path
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.errors import BenchError
+from bench.files import atomic_write_bytes, atomic_write_json
 from bench.records import Manifest, PointRecord, parse
 
 SCHEMA_VERSION = 2  # what changed from 1: bench/migrate.py
 MANIFEST = "manifest.json"
-
-
-def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
-    """The suite's one file writer: a temp file in the same folder, fsync, rename over `path`; the temp file is
-    removed on any failure, so a reader sees the old content or the new one, never a part. `mode`: the new
-    file's permissions (mkstemp's 0600 would hide results from everyone else who reads the folder)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: Path, data: object) -> None:
-    atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode())
-
-
-def atomic_write_table(path: Path, df: pd.DataFrame) -> None:
-    """A DataFrame as Parquet or CSV (by the suffix), through the one writer."""
-    if path.suffix == ".csv":
-        atomic_write_bytes(path, df.to_csv(index=False).encode())
-        return
-    buf = io.BytesIO()
-    df.to_parquet(buf, index=False)
-    atomic_write_bytes(path, buf.getvalue())
 
 
 class SweepStore:

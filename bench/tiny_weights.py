@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.files import atomic_write_bytes
+
 
 def _attn(prefix: str, c: dict, input_size: int) -> dict[str, tuple]:
     h, q, kv, rope = c["num_attention_heads"], c["q_lora_rank"], c["kv_lora_rank"], c["qk_rope_head_dim"]
@@ -95,8 +97,6 @@ def write_zero_norm_weights(models, seed: int = 0) -> None:
     import json
 
     from safetensors.torch import save
-
-    from bench.store import atomic_write_bytes
 
     for folder, shapes_of, sub_seed in ((models.target, target_shapes, seed), (models.draft, draft_shapes, seed + 1)):
         path = Path(folder) / "model.safetensors"

@@ -29,9 +29,9 @@ from bench.distributed.placement import NODE_LOST, Cluster, Placement, place, sk
 from bench.distributed.worker import EngineJob, run_job
 from bench.errors import BenchError
 from bench.executor import SweepContext
+from bench.files import atomic_write_bytes, atomic_write_json
 from bench.plan import EngineConfig, Point
 from bench.progress import PlainView, Tracker, base_record, make_view, now
-from bench.store import atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger(__name__)
 WAIT_S = 1.0

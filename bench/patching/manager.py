@@ -11,11 +11,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.files import atomic_write_bytes
 from bench.patching.locate import VllmInstall
 from bench.patching.probes import PROBES
 from bench.patching.series import Series, select_series, unsupported_message
 from bench.patching.unidiff import apply_file_diff
-from bench.store import atomic_write_bytes
 
 STATE_FILE = ".bench-patch-state.json"  # inside the vllm/ folder: travels with the install it describes
 

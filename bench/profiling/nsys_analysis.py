@@ -37,6 +37,7 @@ summary, one row per (domain, name):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -46,12 +47,13 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.files import atomic_write_bytes, atomic_write_table
 from bench.profiling import nsys_readers as rd
 from bench.profiling import nsys_sqlite as db
 from bench.profiling import step_shares
 from bench.profiling.nsys_attribution import attribute, kernel_breakdown, scan_calls
 from bench.profiling.nsys_readers import range_label
-from bench.store import atomic_write_bytes, atomic_write_table
+from bench.profiling.plot import ChartInChild
 
 STAT_METRICS = ("cpu_ns", "gpu_busy_ns", "gpu_span_ns")
 STATS = ("mean", "p50", "p90", "min", "max")
@@ -229,17 +231,18 @@ def analyze(path: str | Path, out_dir: str | Path, *, plot: bool = True, verify:
     (a third of a second on a Kimi-rank export): a corrupt page the analysis reads still ends it with the one-line
     error (NsysExport.reading), and one it does not read cannot change its figures."""
     t0 = time.perf_counter()
-    result = analyze_file(path, verify=verify)
-    paths = write_tables(result, out_dir)
-    shares = step_shares.shares_of(result.ranges, Path(out_dir))
-    if shares.table is not None:
-        paths["step_shares_csv"] = Path(out_dir) / "nsys_step_shares.csv"
-        atomic_write_table(paths["step_shares_csv"], shares.table)
-    if plot:  # matplotlib's import and the PNG: 0.74 s of 2.69 on a Kimi-rank-sized export (H200 host, before the
-        # chart dropped mathtext and minor ticks: docs/nsys-analysis.md "Performance")
-        from bench.profiling.plot import plot_range_breakdown
-
-        paths["plot_png"] = plot_range_breakdown(result.summary, Path(out_dir) / "nsys_range_breakdown.png")
+    # the chart's process starts first, so that matplotlib's import runs beside the read (bench.profiling.plot)
+    with ChartInChild(Path(out_dir) / "nsys_range_breakdown.png") if plot else contextlib.nullcontext() as chart:
+        result = analyze_file(path, verify=verify)
+        if chart is not None:
+            chart.send(result.summary)  # it draws while the tables are written
+        paths = write_tables(result, out_dir)
+        shares = step_shares.shares_of(result.ranges, Path(out_dir))
+        if shares.table is not None:
+            paths["step_shares_csv"] = Path(out_dir) / "nsys_step_shares.csv"
+            atomic_write_table(paths["step_shares_csv"], shares.table)
+        if chart is not None:
+            paths["plot_png"] = chart.wait()
     s = result.summary
     top = [
         {

@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from bench.errors import BenchError
-from bench.store import atomic_write_json
+from bench.files import atomic_write_json
 from bench.workloads import sources, spec
 from bench.workloads.conversation import Conversation, Dataset, Provenance
 

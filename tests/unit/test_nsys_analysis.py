@@ -20,7 +20,7 @@ import pytest
 from bench.errors import BenchError
 from bench.profiling import nsys_sqlite
 from bench.profiling.nsys_analysis import analyze, analyze_file, range_label, summarize_ranges, write_tables
-from bench.profiling.plot import plot_range_breakdown
+from bench.profiling.plot import ChartInChild, plot_range_breakdown
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "nsys"
 MATMUL = FIXTURES / "h200-nvtx-matmul.sqlite"
@@ -190,6 +190,10 @@ def test_outputs_written(vllm, tmp_path):
 def test_analyze_entry_point(tmp_path):
     out = analyze(MATMUL, tmp_path)
     assert Path(out["paths"]["plot_png"]).is_file() and Path(out["paths"]["kernels_csv"]).is_file()
+    # the chart's child process draws what the in-process chart draws, byte for byte
+    summary = pd.read_parquet(out["paths"]["summary_parquet"])
+    in_process = plot_range_breakdown(summary, tmp_path / "in-process.png")
+    assert Path(out["paths"]["plot_png"]).read_bytes() == in_process.read_bytes()
     top = out["headline"]["top_ranges"][0]
     assert (top["name"], top["count"], top["gpu_busy_ms_mean"]) == ("bench:decode", 5, 2.6653)
     assert out["headline"]["cuda_graph_trace"] == "graph" and out["warnings"] == []
@@ -401,3 +405,38 @@ def test_analyze_without_the_plot_writes_the_tables_only(tmp_path):
     out = analyze(MATMUL, tmp_path / "a", plot=False)
     assert "plot_png" not in out["paths"] and not (tmp_path / "a" / "nsys_range_breakdown.png").exists()
     assert (tmp_path / "a" / "nsys_summary.csv").exists()
+
+
+def test_chart_child_failure_is_one_line_naming_its_cause(vllm, tmp_path):
+    """A child that cannot write its PNG (here: its folder is a file) ends `wait` with the child's own error."""
+    (tmp_path / "blocker").write_text("a file where the folder should be")
+    with ChartInChild(tmp_path / "blocker" / "p.png") as chart:
+        chart.send(vllm.summary)
+        with pytest.raises(BenchError, match="the chart's process failed: cannot write the plot") as info:
+            chart.wait()
+    assert "\n" not in str(info.value)
+
+
+def test_chart_child_not_given_its_bars_is_killed_on_exit(tmp_path):
+    """The analysis failed before the chart: leaving the block ends the child (no process left waiting on stdin)."""
+    with ChartInChild(tmp_path / "p.png") as chart:
+        proc = chart.proc
+    assert proc is not None and proc.poll() is not None and not (tmp_path / "p.png").exists()
+    with pytest.raises(BenchError, match="already"):
+        chart.wait()
+
+
+def test_analysis_failure_leaves_no_chart_process(tmp_path, monkeypatch):
+    started = []
+    real_init = ChartInChild.__init__
+
+    def spy(self, path_png):
+        real_init(self, path_png)
+        started.append(self)
+
+    monkeypatch.setattr(ChartInChild, "__init__", spy)
+    bogus = tmp_path / "bogus.sqlite"
+    bogus.write_bytes(b"not sqlite at all" * 100)
+    with pytest.raises(BenchError):
+        analyze(bogus, tmp_path / "out")
+    assert len(started) == 1 and started[0].proc is None  # closed: killed and reaped
