@@ -108,56 +108,99 @@ def run_ab(
     from bench.plan import plan_sweep
 
     planned = plan_sweep(profile, dry_run=True)
-    points = len(planned.runnable)  # each is gated on len(GATED) metrics
     if expected_noise is None:
         expected_noise, why = calibration.planning_noise(planned.profile.name, detect_machine(), CPU_AA_BETWEEN_CV)
         print(f"ab noise: {why}", file=sys.stderr, flush=True)
-    tests = points * len(GATED)
-    levels: dict[int, float] = {}
-    if max_rounds is not None:
-        if max_rounds < rounds:
-            raise BenchError(f"ab --max-rounds {max_rounds} is below --rounds {rounds}")
-        levels = sequential_levels(rounds, max_rounds, alpha, tests, correction, paired)
-        if not levels:
-            raise BenchError(
-                f"ab --rounds {rounds} --max-rounds {max_rounds}: no look can reach its spent alpha at {tests} gated "
-                "tests; raise --max-rounds"
-            )
-        design = sequential_design(levels, expected_noise, max_effect, tests, correction, paired)
-    else:
-        reachable, design = plan_design(rounds, alpha, expected_noise, max_effect, tests, correction, paired=paired)
-        if not reachable:
-            raise BenchError(f"ab --rounds {rounds}: {design}")
+    tests = len(planned.runnable) * len(GATED)  # each point is gated on every GATED metric
+    levels = _looks(rounds, max_rounds, alpha, tests, correction, paired)
+    design = _design(rounds, levels, alpha, expected_noise, max_effect, tests, correction, paired)
     print(f"ab design: {design}", file=sys.stderr, flush=True)
-    from bench.compare import compare_dirs, compare_markdown, outcome
+    gate = {"min_effect": min_effect, "max_effect": max_effect, "correction": correction, "paired": paired}
+    result, looks = _run_rounds(max_rounds or rounds, levels, alpha, gate, a, b, out, profile, repeat, ray)
+    code = _write_compare(out, result, looks, ray)
+    if calibrate:
+        _store_calibration(out, planned.profile.name)
+        return ExitCode.OK if code != ExitCode.GATE_FAILED else code  # an A/A that "regressed" says so
+    return code
 
-    def judge_now(level: float) -> dict:
-        return compare_dirs(
-            out / "baseline",
-            out / "candidate",
-            alpha=level,
-            min_effect=min_effect,
-            max_effect=max_effect,
-            correction=correction,
-            paired=paired,
+
+def _looks(
+    rounds: int, max_rounds: int | None, alpha: float, tests: int, correction: str, paired: bool
+) -> dict[int, float]:
+    """The sequential looks of `--max-rounds` ({} for a fixed design); refuses a plan in which no look can decide."""
+    if max_rounds is None:
+        return {}
+    if max_rounds < rounds:
+        raise BenchError(f"ab --max-rounds {max_rounds} is below --rounds {rounds}")
+    levels = sequential_levels(rounds, max_rounds, alpha, tests, correction, paired)
+    if not levels:
+        raise BenchError(
+            f"ab --rounds {rounds} --max-rounds {max_rounds}: no look can reach its spent alpha at {tests} gated "
+            "tests; raise --max-rounds"
         )
+    return levels
 
-    total = max_rounds or rounds
+
+def _design(
+    rounds: int,
+    levels: dict[int, float],
+    alpha: float,
+    noise: float,
+    max_effect: float,
+    tests: int,
+    correction: str,
+    paired: bool,
+) -> str:
+    """The design sentence printed before any server starts; a fixed design that cannot reach alpha is refused."""
+    if levels:
+        return sequential_design(levels, noise, max_effect, tests, correction, paired)
+    reachable, design = plan_design(rounds, alpha, noise, max_effect, tests, correction, paired=paired)
+    if not reachable:
+        raise BenchError(f"ab --rounds {rounds}: {design}")
+    return design
+
+
+def _run_rounds(
+    total: int,
+    levels: dict[int, float],
+    alpha: float,
+    gate: dict,
+    a: Env,
+    b: Env,
+    out: Path,
+    profile: str,
+    repeat: int,
+    ray: str | None,
+) -> tuple[dict, list[dict]]:
+    """Run the rounds; after each round that has a look, judge at its level and stop at the first that decides
+    (regression or pass). Returns the last judgement (at `alpha` when no look was taken) and the looks, each also
+    kept in looks.json as it is taken."""
+    from bench.compare import compare_dirs, outcome
+
+    def judge(level: float) -> dict:
+        return compare_dirs(out / "baseline", out / "candidate", alpha=level, **gate)
+
     looks: list[dict] = []
     result: dict | None = None
     for r in range(total):
         _round(r, total, a, b, out, profile, repeat, ray)
         if (level := levels.get(r + 1)) is None:
             continue
-        result = judge_now(level)
+        result = judge(level)
         code, line = outcome(result)
         looks.append({"rounds": r + 1, "level": level, "exit": int(code), "outcome": line})
         atomic_write_bytes(out / "looks.json", json.dumps(looks, indent=1).encode())
         print(f"look after round {r + 1} (level {level:.3g}): {line}", file=sys.stderr, flush=True)
         if code in (ExitCode.OK, ExitCode.GATE_FAILED):
             break
-    if result is None:
-        result = judge_now(alpha)
+    return (result if result is not None else judge(alpha)), looks
+
+
+def _write_compare(out: Path, result: dict, looks: list[dict], ray: str | None) -> int:
+    """compare.md (with the Ray nodes and the sequential looks when there are some), printed; returns the exit code."""
+    from bench.compare import compare_markdown, outcome
+    from bench.distributed import ab_rounds
+
     text = compare_markdown(result)
     if ray is not None:
         text += ab_rounds.nodes_markdown(out, len(list((out / "baseline").glob("round-*"))))
@@ -168,24 +211,27 @@ def run_ab(
     print(text)
     code, line = outcome(result)
     print(line, file=sys.stderr)
-    if calibrate:
-        from bench.compare import load_side
-
-        base, cand = load_side(out / "baseline"), load_side(out / "candidate")
-        sides = {p: base[p].servers + cand[p].servers for p in set(base) & set(cand)}
-        entry = {"profile": planned.profile.name, **calibration.measure(sides, GATED)}
-        path = calibration.save(planned.profile.name, detect_machine(), entry)
-        atomic_write_bytes(out / "calibration.json", json.dumps(entry, indent=1).encode())
-        found = entry["metrics"].get(calibration.PLAN_METRIC)
-        print(
-            f"calibration: {found['max_cv']:.1%} between starts at the noisiest point (median {found['median_cv']:.1%})"
-            f" over {entry['starts_per_point']} starts a point, stored in {path}"
-            if found
-            else "calibration: too few starts to measure the noise (nothing stored)",
-            file=sys.stderr,
-        )
-        return ExitCode.OK if code != ExitCode.GATE_FAILED else code  # an A/A that "regressed" says so
     return code
+
+
+def _store_calibration(out: Path, profile_name: str) -> None:
+    """`ab --calibrate`: the between-start noise of this A/A, stored for later plans on this machine."""
+    from bench import calibration
+    from bench.compare import GATED, load_side
+
+    base, cand = load_side(out / "baseline"), load_side(out / "candidate")
+    sides = {p: base[p].servers + cand[p].servers for p in set(base) & set(cand)}
+    entry = {"profile": profile_name, **calibration.measure(sides, GATED)}
+    path = calibration.save(profile_name, detect_machine(), entry)
+    atomic_write_bytes(out / "calibration.json", json.dumps(entry, indent=1).encode())
+    found = entry["metrics"].get(calibration.PLAN_METRIC)
+    print(
+        f"calibration: {found['max_cv']:.1%} between starts at the noisiest point (median {found['median_cv']:.1%})"
+        f" over {entry['starts_per_point']} starts a point, stored in {path}"
+        if found
+        else "calibration: too few starts to measure the noise (nothing stored)",
+        file=sys.stderr,
+    )
 
 
 def sequential_design(

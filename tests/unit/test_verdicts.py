@@ -255,3 +255,27 @@ def test_ab_resume_continues_a_cut_run_and_reruns_only_what_is_missing(tmp_path,
     assert resumed["baseline-2"] and not resumed["candidate-2"]  # the cut sweep had written nothing
     assert not any(resumed[f"{s}-{r}"] for s in ("baseline", "candidate") for r in (3, 4))
     assert got == ExitCode.GATE_FAILED  # a 30% slower candidate over all 5 rounds
+
+
+def test_ab_calibrate_stores_the_between_start_noise_and_never_fails_an_a_a(tmp_path, monkeypatch, rng):
+    """`ab --calibrate` (an A/A): after its rounds, the between-start CV of each gated metric goes to calibration.json
+    and the machine's store, which later plans read; the exit is 0 unless the A/A itself says "slower"."""
+    import json
+
+    from bench import ab, calibration
+
+    def fake_round(r, total, a, b, out, profile, repeat, ray):
+        for side in ("baseline", "candidate"):
+            for pid in ("p1", "p2"):
+                write_start(out / side / f"round-{r}", [rng.normal(1000, 20)], 10.0, rng, point_id=pid)
+
+    monkeypatch.setattr(ab, "_round", fake_round)
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    env = ab.Env("python", None)
+    got = ab.run_ab("tiny", env, env, rounds=5, out=tmp_path / "ab", expected_noise=0.05, calibrate=True)
+    entry = json.loads((tmp_path / "ab" / "calibration.json").read_text())
+    found = entry["metrics"][calibration.PLAN_METRIC]
+    assert got in (ExitCode.OK, ExitCode.INCONCLUSIVE) and entry["starts_per_point"] == 10 and entry["points"] == 2
+    assert 0 < found["max_cv"] < 0.1  # 10 starts of N(1000, 20): a CV near 2%
+    noise, why = calibration.planning_noise(entry["profile"], ab.detect_machine(), 0.063, tmp_path / "cache")
+    assert noise == pytest.approx(found["max_cv"]) and "this machine's calibration" in why
