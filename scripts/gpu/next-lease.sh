@@ -7,6 +7,9 @@
 #   3. issue 21: the DCP points the committed example lacks (DCP 2 at both shapes, DCP 1 and 8 at 8x8192),
 #      continued from the committed sweep, in the time left
 # Each step writes its own files under $OUT (analyze-speed-x4.json, issue20.tgz, dcp.tgz).
+# Carry limit: .gpu/part3 is ~50 MB and the tree without reports/examples ~8 MB, so only the two folders the steps
+# continue from may travel: move reports/examples aside here, keeping kimi-rank-h200-dcp and h200-ab-known-slow
+# (3.9 MB), for the three staging calls; put it back before committing.
 set -uo pipefail
 budget=${1:?usage: next-lease.sh BUDGET_SECONDS}
 left() { echo $((budget - SECONDS)); }
