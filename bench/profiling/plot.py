@@ -6,15 +6,14 @@ CI, and drawing does not switch the backend of a notebook or program that also u
 The chart is made in two steps: `range_bars` picks the bars from the summary table (pandas, in the caller) and
 `draw_range_breakdown` draws them (matplotlib, imported only there). `ChartInChild` runs the second step in a child
 process started before `profile analyze` reads its export: matplotlib's import (about 0.3 s) then overlaps the
-read instead of following it (docs/nsys-analysis.md "Performance"). `python -m bench.profiling.plot PNG` is that
-child: it imports matplotlib, then reads the bars as JSON on stdin.
+read instead of following it (docs/nsys-analysis.md "Performance"). The child (`_child_main`) imports matplotlib,
+then reads the bars as JSON on stdin.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +28,12 @@ if TYPE_CHECKING:
 
 MAX_BARS = 30
 CHILD_TIMEOUT_S = 300
+# The child: the folder that holds this bench goes first on its path unless it is there already (a checkout run
+# with PYTHONPATH or from its root; an installed bench's site-packages stays where it is, after the standard library)
+_CHILD = (
+    "import sys; root = sys.argv[1]; root in sys.path or sys.path.insert(0, root); "
+    "from bench.profiling.plot import _child_main; sys.exit(_child_main(sys.argv[2:]))"
+)
 
 
 def plot_range_breakdown(summary_df: pd.DataFrame, path_png: str | Path, *, max_bars: int = MAX_BARS) -> Path:
@@ -123,17 +128,12 @@ class ChartInChild:
     def __init__(self, path_png: str | Path):
         self.path_png = Path(path_png)
         package_root = str(Path(__file__).resolve().parents[2])  # the child imports this same bench
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p),
-        }
         try:
             self.proc: subprocess.Popen | None = subprocess.Popen(
-                [sys.executable, "-m", "bench.profiling.plot", str(self.path_png)],
+                [sys.executable, "-c", _CHILD, package_root, str(self.path_png)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                env=env,
             )
         except OSError as exc:
             raise BenchError(f"cannot start the chart's process ({exc}); --no-plot analyzes without it") from exc
@@ -185,7 +185,7 @@ def _child_main(argv: list[str]) -> int:
     import matplotlib.ticker  # noqa: F401
 
     if len(argv) != 1:
-        print("usage: python -m bench.profiling.plot OUT.png  (bars as JSON on stdin)", file=sys.stderr)
+        print("usage: _child_main OUT.png  (bars as JSON on stdin)", file=sys.stderr)
         return 2
     try:
         draw_range_breakdown(json.load(sys.stdin), argv[0])
@@ -193,7 +193,3 @@ def _child_main(argv: list[str]) -> int:
         print(exc, file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child_main(sys.argv[1:]))
