@@ -219,7 +219,8 @@ def point_record(
     for t in trials:
         windows = {w: M.add_counts(windows.get(w), counts) for w, counts in t.windows.items()}
     cache = _cache(trials)
-    flags = _flags(ctx.plan.profile.run, point, cache, trials)
+    served = M.served_total([_served(t) for t in trials])
+    flags = _flags(ctx.plan.profile.run, point, cache, served, trials)
     status = "ok" if summary["completed"] == summary["requests"] else "failed"
     return {
         **base_record(point),
@@ -232,6 +233,7 @@ def point_record(
         "trials": [_trial_record(t, concurrency) for t in trials],
         "warmup": _warmup_record(rows, trials[0]),
         "cache": cache,
+        "served": served,
         "contamination": [e for t in trials for e in t.contamination],
         # where contamination was looked for, in every trial: a record without "server log" was not checked for
         # compiles, graph captures or queueing (bench load --url without --server-log)
@@ -252,11 +254,18 @@ def _trial_record(t: Trial, concurrency: int | None) -> dict:
         "metrics": M.summarize([r for r in t.rows if r["phase"] == "measure"], concurrency),
         "spec_decode": M.spec_delta(t.before, t.after),
         "cache": M.cache_delta(t.before.get("cache") or {}, t.after.get("cache") or {}),
+        "served": M.served_total([_served(t)]),
         "load": t.load,
         "contamination": t.contamination,
         "contamination_checked": list(t.checked),
         "discarded": t.discarded,
     }
+
+
+def _served(t: Trial) -> dict:
+    """The trial's window: vLLM's counts beside the client's (its kept attempt's measured requests)."""
+    measured = [r for r in t.rows if r["phase"] == "measure"]
+    return M.served_check(t.before.get("served") or {}, t.after.get("served") or {}, measured)
 
 
 def _warmup_record(rows: list[dict], first: Trial) -> dict | None:
@@ -280,13 +289,33 @@ def _cache(trials: list[Trial]) -> dict:
 
 
 PREFIX_HIT_LIMIT = 0.01  # random token ids drawn fresh share no 16-token block: any real hit rate is a repeat
+# vLLM's generated tokens and the client's received ones over a window were equal at every point measured so far
+# (CPU and H200); this leaves room for a counter read a step before the engine's last iteration was logged
+SERVED_TOKEN_LIMIT = 0.001
 
 
-def _flags(run, point: Point, cache: dict, trials: list[Trial]) -> list[str]:
+def _served_flag(served: dict) -> list[str]:
+    """The window's cross-check as a flag when vLLM's counts and the client's differ (bench.metrics.served_check)."""
+    ratio, tokens = served.get("token_ratio"), served.get("server_generation_tokens")
+    finished, sent = served.get("server_finished_requests"), served.get("client_requests")
+    tokens_differ = ratio is not None and abs(ratio - 1) > SERVED_TOKEN_LIMIT
+    requests_differ = finished is not None and sent is not None and finished != sent
+    if not (tokens_differ or requests_differ):
+        return []
+    return [
+        f"vLLM counted {fmt(tokens, '.0f')} generated tokens and {fmt(finished, '.0f')} finished requests in the "
+        f"window, the client received {served.get('client_output_tokens')} tokens in {sent} requests: other "
+        "traffic on the server, or requests cut off"
+    ]
+
+
+def _flags(run, point: Point, cache: dict, served: dict, trials: list[Trial]) -> list[str]:
     """What the window holds that the workload did not ask for: prefix-cache hits on prompts meant to be fresh
     (random ids; a chat workload's turns re-send their history by design), contamination left after the last
-    re-measure."""
+    re-measure, and vLLM counting other tokens or requests than the client received (other traffic on the
+    server, requests cut off, or a counting error on either side)."""
     flags = []
+    flags += _served_flag(served)
     rate = cache.get("prefix_cache_hit_rate")
     if rate is not None and rate > PREFIX_HIT_LIMIT and not point.workload.is_text and not run.prompt_reuse:
         flags.append(f"prefix cache hit {rate:.1%} of prompt tokens in the window: prompts repeated (asked fresh)")

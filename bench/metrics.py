@@ -23,6 +23,14 @@ CACHE_COUNTERS = {
     "prefix_cache_hits": "vllm:prefix_cache_hits_total",
     "preemptions": "vllm:num_preemptions_total",
 }
+# What vLLM's own stat logger counted (summed over engines and, for requests, over finish reasons: stop, length,
+# abort...): the independent count that the client's token and request counts are checked against per window
+# (`served_check`). The client's counts come from each response's usage; these come from the engine's iteration
+# stats, another path through vLLM, and also see traffic the client did not send.
+SERVED_COUNTERS = {
+    "generation_tokens": "vllm:generation_tokens_total",
+    "finished_requests": "vllm:request_success_total",
+}
 # vLLM puts each request's acceptance in its response with this server flag (0.32 has it, 0.26.0 has not).
 REQUEST_SPEC_FLAG = "per_request_spec_decode_metrics"
 REQUEST_SPEC_NOTE = (
@@ -88,14 +96,44 @@ def spec_counters(samples) -> dict:
     return out
 
 
-def cache_counters(samples) -> dict:
-    """Totals of CACHE_COUNTERS (summed over engines; None where the server has no such counter)."""
-    out: dict = {k: None for k in CACHE_COUNTERS}
+def counter_totals(samples, counters: dict[str, str]) -> dict:
+    """{key: the counter's total summed over every label set}, None where the server has no such counter."""
+    out: dict = {k: None for k in counters}
     for name, _labels, value in samples:
-        for key, metric in CACHE_COUNTERS.items():
+        for key, metric in counters.items():
             if name == metric:
                 out[key] = (out[key] or 0.0) + value
     return out
+
+
+def cache_counters(samples) -> dict:
+    """Totals of CACHE_COUNTERS (summed over engines; None where the server has no such counter)."""
+    return counter_totals(samples, CACHE_COUNTERS)
+
+
+def served_check(before: dict, after: dict, measured_rows: list[dict]) -> dict:
+    """One window's cross-check: what vLLM counted (SERVED_COUNTERS between two snapshots) beside what the client
+    received in that window's measured requests (tokens from each response's usage; requests sent)."""
+    d = {
+        k: (after[k] - before[k]) if after.get(k) is not None and before.get(k) is not None else None
+        for k in SERVED_COUNTERS
+    }
+    return {
+        "server_generation_tokens": d["generation_tokens"],
+        "server_finished_requests": d["finished_requests"],
+        "client_output_tokens": sum(r.get("output_tokens") or 0 for r in measured_rows),
+        "client_requests": len(measured_rows),
+    }
+
+
+def served_total(checks: list[dict]) -> dict:
+    """Windows' cross-checks together, with the ratio vLLM's tokens / the client's (None where either is unknown)."""
+    out: dict = {}
+    for key in ("server_generation_tokens", "server_finished_requests", "client_output_tokens", "client_requests"):
+        values = [c.get(key) for c in checks]
+        out[key] = None if not values or any(v is None for v in values) else sum(values)
+    server, client = out["server_generation_tokens"], out["client_output_tokens"]
+    return {**out, "token_ratio": server / client if server is not None and client else None}
 
 
 def cache_delta(before: dict, after: dict) -> dict:

@@ -116,6 +116,16 @@ class Cache(Open):
     preemptions: float | None = None
 
 
+class Served(Open):
+    """vLLM's own counts over the measured windows beside the client's (bench.metrics.served_check)."""
+
+    server_generation_tokens: float | None = None
+    server_finished_requests: float | None = None
+    client_output_tokens: int | None = None
+    client_requests: int | None = None
+    token_ratio: float | None = None
+
+
 class Event(Open):
     """A server-log event inside a window (bench.contamination)."""
 
@@ -178,6 +188,7 @@ class PointRecord(Open):
     spec_decode: SpecDecode | None = None
     trials: list[Trial] = []
     cache: Cache | None = None
+    served: Served | None = None  # records from before 2026-12-04 have none
     contamination: list[Event] = []
     contamination_checked: list[str] | None = None  # where it was looked for; None: a record from before
     flags: list[Any] = []

@@ -335,7 +335,7 @@ def headline_span(rows: list[dict], concurrency: int | None) -> W.Span | None:
 
 
 def counters(server: Serving) -> dict:
-    """Spec-decode and cache counters now; a dead server raises ServerFailed, an unanswered scrape gives
+    """Spec-decode, cache and served (bench.metrics.SERVED_COUNTERS) counters now; a dead server raises ServerFailed, an unanswered scrape gives
     unknowns."""
     try:
         samples = M.parse_prometheus(M.scrape(server.base_url))
@@ -343,7 +343,8 @@ def counters(server: Serving) -> dict:
         server.check_alive()
         log.warning("could not read /metrics: %s", exc)
         return {}
-    return {**M.spec_counters(samples), "cache": M.cache_counters(samples)}
+    served = M.counter_totals(samples, M.SERVED_COUNTERS)
+    return {**M.spec_counters(samples), "cache": M.cache_counters(samples), "served": served}
 
 
 def _rows(records: list[RequestRecord], trial: int, attempt: int) -> list[dict]:

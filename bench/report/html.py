@@ -233,10 +233,11 @@ def point_tables(data: ReportData) -> dict[str, dict]:
         **positions,
     }
     speedup = SPEEDUP_COLUMNS if "speedup_output" in data.points else {}
+    ok = data.points[data.points.status == "ok"]
     return {
         "results": table(
-            result_fields.with_precision(data.points[data.points.status == "ok"]),
-            axes_columns(data, {**result_fields.html_columns(), **speedup}),  # bench/report/result_fields.py
+            result_fields.with_precision(ok),
+            axes_columns(data, {**result_fields.html_columns(ok), **speedup}),  # bench/report/result_fields.py
             row_class=lambda r: "best" if r["label"] == best else None,
             table_id="results",
         ),

@@ -80,6 +80,7 @@ def summary_markdown(
         shown, columns = markdown_results(with_precision(ok), _result_columns(points))
         lines += ["## Results", "", md_table(shown, columns), "", WINDOW_NOTE, "", *markdown_notes(points)]
         lines += _contaminated(ok)
+        lines += _served_line(ok)
         lines += dcp_markdown(points, models or {}, md_table)
         lines += category_markdown(points, md_table)
         lines += _flagged(ok, "**Effective configuration differs from the asked one:**")
@@ -104,6 +105,25 @@ def summary_markdown(
         lines += ["## Servers", "", md_table(servers, columns), "", SERVER_NOTE, ""]
     lines += ["## Provenance", ""] + [f"- {k}: {v}" for k, v in prov.items()] + [""]
     return "\n".join(lines)
+
+
+def _served_line(ok: pd.DataFrame) -> list[str]:
+    """How far vLLM's own token counter and the client's received tokens agree over the points' windows (records
+    from before the cross-check have no ratio and are left out)."""
+    ratios = ok.served_token_ratio.dropna() if "served_token_ratio" in ok else pd.Series(dtype=float)
+    if not len(ratios):
+        return []
+    spread = max(abs(ratios.min() - 1), abs(ratios.max() - 1))
+    agree = (
+        "equal at every point"
+        if spread == 0
+        else f"ratio {ratios.min():.4f}-{ratios.max():.4f} (vLLM / client; the flags name points off by more than 0.1%)"
+    )
+    return [
+        f"Cross-check: vLLM's generated-token counter (`vllm:generation_tokens_total`) over each window and the "
+        f"tokens the client received: {agree}, {len(ratios)} of {len(ok)} points checked.",
+        "",
+    ]
 
 
 WINDOW_NOTE = (

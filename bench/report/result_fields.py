@@ -21,6 +21,7 @@ class ResultField:
     digits: int | None  # decimals; None: shown as recorded (text)
     markdown: bool = True
     html: bool = True
+    optional: bool = False  # shown only where some point has it (a field that older records lack)
 
 
 #: derived column -> the record's relative half-width it shows
@@ -43,6 +44,7 @@ RESULT_FIELDS: tuple[ResultField, ...] = (
     ResultField("itl_p99_ms", "ITL p99 ms", 2),
     ResultField("e2e_p50_ms", "E2E p50 ms", 0, markdown=False),
     ResultField("errors", "errors", 0, markdown=False),
+    ResultField("served_token_ratio", "vLLM/client tokens", 4, markdown=False, optional=True),
     ResultField("acceptance_rate", "accept", 3),
     ResultField("mean_acceptance_length", "mean len", 2),
     ResultField("per_position_acceptance", "per position", 2),
@@ -55,9 +57,13 @@ def markdown_columns() -> dict[str, tuple[str, int]]:
     return {f.column: (f.header, f.digits or 0) for f in RESULT_FIELDS if f.markdown}
 
 
-def html_columns() -> dict[str, tuple[str, str | None]]:
-    """column -> (header, format spec) for bench.report.html's tables."""
-    return {f.column: (f.header, None if f.digits is None else f",.{f.digits}f") for f in RESULT_FIELDS if f.html}
+def html_columns(points: pd.DataFrame) -> dict[str, tuple[str, str | None]]:
+    """column -> (header, format spec) for bench.report.html's results table of `points`."""
+    return {
+        f.column: (f.header, None if f.digits is None else f",.{f.digits}f")
+        for f in RESULT_FIELDS
+        if f.html and not (f.optional and (f.column not in points or points[f.column].isna().all()))
+    }
 
 
 def with_precision(points: pd.DataFrame) -> pd.DataFrame:

@@ -34,6 +34,7 @@ POINT_COLUMNS = [
     "step_p50_ms",  # the engine's step in the steady span: the gap between a request's successive chunks
     "steady_fraction",  # the steady span's share of the measured window
     "prefix_cache_hit_rate",
+    "served_token_ratio",  # vLLM's generated tokens / the client's received ones over the windows (1: they agree)
     "contamination",  # what ran inside the window besides the load (compile, preemption...), after re-measures
     "contamination_checked",  # where it was looked for ("server log, preemption counter"); None: older record
     "per_user_output_throughput",
@@ -103,6 +104,7 @@ def point_row(p: PointRecord) -> dict:
         "step_p50_ms": pct(m.step_ms, "p50"),
         "steady_fraction": steady.fraction_of_window,
         "prefix_cache_hit_rate": p.cache.prefix_cache_hit_rate if p.cache else None,
+        "served_token_ratio": p.served.token_ratio if p.served else None,
         "contamination": ", ".join(sorted({event.kind for event in p.contamination})) or None,
         "contamination_checked": ", ".join(p.contamination_checked) if p.contamination_checked is not None else None,
         "per_user_output_throughput": m.per_user_output_throughput,

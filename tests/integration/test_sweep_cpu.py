@@ -127,6 +127,10 @@ def test_resume_reruns_failed_points_to_completion(faulted_sweep):
         assert all(r["prompt_tokens"] == shape["input_len"] for r in raw)
         assert max(max(r["chunk_tokens"]) for r in raw) > 1
         assert p["effective"]["target_attention_backend"] == "CPU_MLA" and p["mismatch"] == []
+        # vLLM's own counters over the window saw exactly what the client received (bench.metrics.served_check)
+        served = p["served"]
+        assert served["server_generation_tokens"] == served["client_output_tokens"] == m["output_tokens"]
+        assert served["server_finished_requests"] == served["client_requests"] == sent and served["token_ratio"] == 1
         check_effective_record(out, p)
         assert (out / p["server"]["log"]).exists()
     manifest = store.manifest()
@@ -139,6 +143,7 @@ def test_resume_reruns_failed_points_to_completion(faulted_sweep):
     summary = (out / "report" / "summary.md").read_text()
     assert (out / "report" / "report.html").exists() and "4 ok, 0 failed, 4 skipped" in summary
     assert "target CPU_MLA / draft CPU_MLA / KV auto / graphs NONE" in summary  # the draft was "?" from the log
+    assert "the tokens the client received: equal at every point, 4 of 4 points checked" in summary
     from bench.compare import compare_dirs
 
     table = compare_dirs(out, out)["table"]

@@ -73,7 +73,7 @@ def test_a_compile_inside_the_window_is_measured_again(scripted):
         (1, "warmup"),
         (1, "measure"),
     ]
-    assert E._flags(run, point, {}, [trial]) == []
+    assert E._flags(run, point, {}, {}, [trial]) == []
 
 
 def test_a_clean_window_is_measured_once(scripted):
@@ -91,7 +91,7 @@ def test_contamination_left_after_the_last_re_measure_is_kept_and_flagged(script
     trial = T.measured_trial(tc, point, 0)
     assert calls == [0, 1]  # bounded: remeasure = 1 allows one more attempt, not a loop
     assert [e["kind"] for e in trial.contamination] == ["jit-compile"]
-    assert E._flags(run, point, {}, [trial]) == ["window contaminated (jit-compile) after 1 re-measure(s)"]
+    assert E._flags(run, point, {}, {}, [trial]) == ["window contaminated (jit-compile) after 1 re-measure(s)"]
 
 
 def test_remeasure_zero_keeps_the_first_window(scripted):
@@ -109,7 +109,7 @@ def test_remeasure_zero_keeps_the_first_window(scripted):
 def test_unexpected_prefix_cache_hits_are_flagged(rate, is_text, reuse, flagged):
     run = SimpleNamespace(prompt_reuse=reuse)
     point = SimpleNamespace(workload=SimpleNamespace(is_text=is_text))
-    flags = E._flags(run, point, {"prefix_cache_hit_rate": rate}, [])
+    flags = E._flags(run, point, {"prefix_cache_hit_rate": rate}, {}, [])
     assert bool(flags) is flagged
     if flagged:
         assert flags == ["prefix cache hit 20.0% of prompt tokens in the window: prompts repeated (asked fresh)"]
@@ -142,8 +142,32 @@ def test_conversations_sent_again_are_flagged():
     run = SimpleNamespace(prompt_reuse=False)
     point = SimpleNamespace(workload=SimpleNamespace(is_text=True))
     trials = [SimpleNamespace(load={"samples": {"repeated": 2}}, contamination=[], discarded=[])]
-    assert E._flags(run, point, {}, trials) == [
+    assert E._flags(run, point, {}, {}, trials) == [
         "2 dataset conversation(s) sent again in this results directory (the dataset ran out)"
     ]
     trials[0].load["samples"]["repeated"] = 0
-    assert E._flags(run, point, {}, trials) == []
+    assert E._flags(run, point, {}, {}, trials) == []
+
+
+def test_vllms_own_counts_are_checked_against_the_clients():
+    """bench.metrics.served_check / served_total and the flag: vLLM's generated tokens and finished requests over a
+    window against what the client received; equal gives ratio 1 and no flag, a difference of more than 0.1% or
+    one request is flagged with both counts, unknown counters give no ratio and no flag."""
+    from bench import metrics as M
+
+    rows = [{"output_tokens": 32}, {"output_tokens": 32}, {"output_tokens": None}]  # an errored request: no usage
+    before = {"generation_tokens": 100.0, "finished_requests": 4.0}
+    check = M.served_check(before, {"generation_tokens": 164.0, "finished_requests": 7.0}, rows)
+    assert check == {"server_generation_tokens": 64.0, "server_finished_requests": 3.0,
+                     "client_output_tokens": 64, "client_requests": 3}  # fmt: skip
+    total = M.served_total([check, check])
+    assert total["token_ratio"] == 1.0 and total["client_requests"] == 6 and E._served_flag(total) == []
+    foreign = M.served_total([M.served_check(before, {"generation_tokens": 196.0, "finished_requests": 8.0}, rows)])
+    assert foreign["token_ratio"] == 1.5
+    (flag,) = E._served_flag(foreign)
+    assert flag.startswith("vLLM counted 96 generated tokens and 4 finished requests in the window, the client "
+                           "received 64 tokens in 3 requests")  # fmt: skip
+    assert E._served_flag({**total, "server_finished_requests": 7.0})  # one request more: flagged
+    unknown = M.served_total([M.served_check({}, {}, rows)])
+    assert unknown["token_ratio"] is None and unknown["client_output_tokens"] == 64 and E._served_flag(unknown) == []
+    assert M.served_total([])["token_ratio"] is None
