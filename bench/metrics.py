@@ -24,12 +24,17 @@ CACHE_COUNTERS = {
     "preemptions": "vllm:num_preemptions_total",
 }
 # What vLLM's own stat logger counted (summed over engines and, for requests, over finish reasons: stop, length,
-# abort...): the independent count that the client's token and request counts are checked against per window
-# (`served_check`). The client's counts come from each response's usage; these come from the engine's iteration
-# stats, another path through vLLM, and also see traffic the client did not send.
+# abort...): the independent count that the client's token and request counts and its mean TTFT and TPOT are checked
+# against per window (`served_check`). The client's counts come from each response's usage and its times from its
+# own clock; these come from the engine's iteration stats, timed by vLLM's front end, and also see traffic the client
+# did not send. vLLM 0.26.0 and 0.32.0 both have them (v1/metrics/loggers.py).
 SERVED_COUNTERS = {
     "generation_tokens": "vllm:generation_tokens_total",
     "finished_requests": "vllm:request_success_total",
+    "ttft_s_sum": "vllm:time_to_first_token_seconds_sum",
+    "ttft_count": "vllm:time_to_first_token_seconds_count",
+    "tpot_s_sum": "vllm:request_time_per_output_token_seconds_sum",
+    "tpot_count": "vllm:request_time_per_output_token_seconds_count",
 }
 # vLLM puts each request's acceptance in its response with this server flag (0.32 has it, 0.26.0 has not).
 REQUEST_SPEC_FLAG = "per_request_spec_decode_metrics"
@@ -112,28 +117,47 @@ def cache_counters(samples) -> dict:
 
 
 def served_check(before: dict, after: dict, measured_rows: list[dict]) -> dict:
-    """One window's cross-check: what vLLM counted (SERVED_COUNTERS between two snapshots) beside what the client
-    received in that window's measured requests (tokens from each response's usage; requests sent)."""
+    """One window's cross-check: what vLLM counted and timed (SERVED_COUNTERS between two snapshots) beside what the
+    client received and timed in that window's measured requests (tokens from each response's usage; requests sent;
+    TTFT and TPOT of the successful ones, bench.metrics.request_latencies). Sums and counts, so that windows add."""
     d = {
         k: (after[k] - before[k]) if after.get(k) is not None and before.get(k) is not None else None
         for k in SERVED_COUNTERS
     }
+    lat = [request_latencies(r) for r in measured_rows]
+    ttft = [x["ttft"] for x in lat if x["ttft"] is not None]
+    tpot = [x["tpot"] for x in lat if x["tpot"] is not None]
     return {
         "server_generation_tokens": d["generation_tokens"],
         "server_finished_requests": d["finished_requests"],
         "client_output_tokens": sum(r.get("output_tokens") or 0 for r in measured_rows),
         "client_requests": len(measured_rows),
+        "server_ttft_ms_sum": None if d["ttft_s_sum"] is None else d["ttft_s_sum"] * 1e3,
+        "server_ttft_count": d["ttft_count"],
+        "server_tpot_ms_sum": None if d["tpot_s_sum"] is None else d["tpot_s_sum"] * 1e3,
+        "server_tpot_count": d["tpot_count"],
+        "client_ttft_ms_sum": sum(ttft),
+        "client_ttft_count": len(ttft),
+        "client_tpot_ms_sum": sum(tpot),
+        "client_tpot_count": len(tpot),
     }
 
 
 def served_total(checks: list[dict]) -> dict:
-    """Windows' cross-checks together, with the ratio vLLM's tokens / the client's (None where either is unknown)."""
+    """Windows' cross-checks together (None where any window's is unknown), with vLLM's tokens over the client's
+    (`token_ratio`) and both sides' mean TTFT and TPOT in ms (`*_ms_vllm`, `*_ms_client`)."""
+    keys = dict.fromkeys(k for c in checks for k in c)
     out: dict = {}
-    for key in ("server_generation_tokens", "server_finished_requests", "client_output_tokens", "client_requests"):
+    for key in keys:
         values = [c.get(key) for c in checks]
-        out[key] = None if not values or any(v is None for v in values) else sum(values)
-    server, client = out["server_generation_tokens"], out["client_output_tokens"]
-    return {**out, "token_ratio": server / client if server is not None and client else None}
+        out[key] = None if any(v is None for v in values) else sum(values)
+    server, client = out.get("server_generation_tokens"), out.get("client_output_tokens")
+    out["token_ratio"] = server / client if server is not None and client else None
+    for metric in ("ttft", "tpot"):
+        for side, name in (("server", "vllm"), ("client", "client")):
+            total, n = out.get(f"{side}_{metric}_ms_sum"), out.get(f"{side}_{metric}_count")
+            out[f"{metric}_ms_{name}"] = total / n if total is not None and n else None
+    return out
 
 
 def cache_delta(before: dict, after: dict) -> dict:

@@ -117,13 +117,18 @@ class Cache(Open):
 
 
 class Served(Open):
-    """vLLM's own counts over the measured windows beside the client's (bench.metrics.served_check)."""
+    """vLLM's own counts and mean latencies over the measured windows beside the client's (bench.metrics.served_check;
+    the sums and counts behind the means are kept too)."""
 
     server_generation_tokens: float | None = None
     server_finished_requests: float | None = None
     client_output_tokens: int | None = None
     client_requests: int | None = None
     token_ratio: float | None = None
+    ttft_ms_vllm: float | None = None  # means over the windows' requests, each side's own clock
+    ttft_ms_client: float | None = None
+    tpot_ms_vllm: float | None = None
+    tpot_ms_client: float | None = None
 
 
 class Event(Open):

@@ -108,22 +108,27 @@ def summary_markdown(
 
 
 def _served_line(ok: pd.DataFrame) -> list[str]:
-    """How far vLLM's own token counter and the client's received tokens agree over the points' windows (records
-    from before the cross-check have no ratio and are left out)."""
+    """How far vLLM's own counters and the client's figures agree over the points' windows (records from before the
+    cross-check have none and are left out): generated tokens, mean TPOT, mean TTFT."""
     ratios = ok.served_token_ratio.dropna() if "served_token_ratio" in ok else pd.Series(dtype=float)
     if not len(ratios):
         return []
-    spread = max(abs(ratios.min() - 1), abs(ratios.max() - 1))
-    agree = (
-        "equal at every point"
-        if spread == 0
-        else f"ratio {ratios.min():.4f}-{ratios.max():.4f} (vLLM / client; the flags name points off by more than 0.1%)"
-    )
-    return [
-        f"Cross-check: vLLM's generated-token counter (`vllm:generation_tokens_total`) over each window and the "
-        f"tokens the client received: {agree}, {len(ratios)} of {len(ok)} points checked.",
-        "",
+    if ratios.eq(1).all():
+        tokens = "equal at every point"
+    else:
+        tokens = f"vLLM / client {ratios.min():.4f}-{ratios.max():.4f} (the flags name points off by more than 0.1%)"
+    lines = [
+        f"Cross-check against vLLM's own counters over each window ({len(ratios)} of {len(ok)} points): generated "
+        f"tokens (`vllm:generation_tokens_total`) and the tokens the client received: {tokens}."
     ]
+    tpot, ttft = ok.tpot_client_over_vllm.dropna(), ok.ttft_client_minus_vllm_ms.dropna()
+    if len(tpot) and len(ttft):
+        lines[0] += (
+            f" Mean TPOT, client / vLLM (`vllm:request_time_per_output_token_seconds`): {tpot.min():.3f}-"
+            f"{tpot.max():.3f}. Mean TTFT, client - vLLM (`vllm:time_to_first_token_seconds`, from its front end's "
+            f"arrival): {ttft.min():+.1f} to {ttft.max():+.1f} ms, the client's and the HTTP path's share."
+        )
+    return [*lines, ""]
 
 
 WINDOW_NOTE = (

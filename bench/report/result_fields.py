@@ -45,6 +45,8 @@ RESULT_FIELDS: tuple[ResultField, ...] = (
     ResultField("e2e_p50_ms", "E2E p50 ms", 0, markdown=False),
     ResultField("errors", "errors", 0, markdown=False),
     ResultField("served_token_ratio", "vLLM/client tokens", 4, markdown=False, optional=True),
+    ResultField("tpot_client_over_vllm", "TPOT client/vLLM", 3, markdown=False, optional=True),
+    ResultField("ttft_client_minus_vllm_ms", "TTFT client-vLLM ms", 1, markdown=False, optional=True),
     ResultField("acceptance_rate", "accept", 3),
     ResultField("mean_acceptance_length", "mean len", 2),
     ResultField("per_position_acceptance", "per position", 2),

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import axes as server_axes
-from bench.records import Metrics, PointRecord, Precision, SpecDecode, Steady, Summary
+from bench.records import Metrics, PointRecord, Precision, Served, SpecDecode, Steady, Summary
 from bench.store import SweepStore
 
 POINT_COLUMNS = [
@@ -35,6 +35,8 @@ POINT_COLUMNS = [
     "steady_fraction",  # the steady span's share of the measured window
     "prefix_cache_hit_rate",
     "served_token_ratio",  # vLLM's generated tokens / the client's received ones over the windows (1: they agree)
+    "tpot_client_over_vllm",  # the client's mean TPOT / vLLM's (request_time_per_output_token) over the windows
+    "ttft_client_minus_vllm_ms",  # the client's mean TTFT - vLLM's (from its front end's arrival): the client's share
     "contamination",  # what ran inside the window besides the load (compile, preemption...), after re-measures
     "contamination_checked",  # where it was looked for ("server log, preemption counter"); None: older record
     "per_user_output_throughput",
@@ -65,6 +67,17 @@ POINT_COLUMNS = [
     "arrival",
     "categories",  # bench.metrics.category_metrics rows (bench.report.categories)
 ]
+
+
+def _client_against_vllm(served: Served | None) -> dict:
+    """The client's mean TPOT over vLLM's, and its mean TTFT less vLLM's, over the same windows (None: unknown)."""
+    s = served or Served()
+    return {
+        "tpot_client_over_vllm": s.tpot_ms_client / s.tpot_ms_vllm if s.tpot_ms_client and s.tpot_ms_vllm else None,
+        "ttft_client_minus_vllm_ms": (
+            s.ttft_ms_client - s.ttft_ms_vllm if s.ttft_ms_client is not None and s.ttft_ms_vllm is not None else None
+        ),
+    }
 
 
 def point_row(p: PointRecord) -> dict:
@@ -105,6 +118,7 @@ def point_row(p: PointRecord) -> dict:
         "steady_fraction": steady.fraction_of_window,
         "prefix_cache_hit_rate": p.cache.prefix_cache_hit_rate if p.cache else None,
         "served_token_ratio": p.served.token_ratio if p.served else None,
+        **_client_against_vllm(p.served),
         "contamination": ", ".join(sorted({event.kind for event in p.contamination})) or None,
         "contamination_checked": ", ".join(p.contamination_checked) if p.contamination_checked is not None else None,
         "per_user_output_throughput": m.per_user_output_throughput,

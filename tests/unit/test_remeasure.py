@@ -152,22 +152,36 @@ def test_conversations_sent_again_are_flagged():
 def test_vllms_own_counts_are_checked_against_the_clients():
     """bench.metrics.served_check / served_total and the flag: vLLM's generated tokens and finished requests over a
     window against what the client received; equal gives ratio 1 and no flag, a difference of more than 0.1% or
-    one request is flagged with both counts, unknown counters give no ratio and no flag."""
+    one request is flagged with both counts, unknown counters give no ratio and no flag. Mean TTFT and TPOT come
+    from each side's sums and counts, windows added before dividing."""
     from bench import metrics as M
 
-    rows = [{"output_tokens": 32}, {"output_tokens": 32}, {"output_tokens": None}]  # an errored request: no usage
-    before = {"generation_tokens": 100.0, "finished_requests": 4.0}
-    check = M.served_check(before, {"generation_tokens": 164.0, "finished_requests": 7.0}, rows)
-    assert check == {"server_generation_tokens": 64.0, "server_finished_requests": 3.0,
-                     "client_output_tokens": 64, "client_requests": 3}  # fmt: skip
+    def row(tokens, first_s, last_s):  # sent at 0, first chunk 1 token, the rest in one more chunk
+        return {"status": "ok", "send_time": 0.0, "end_time": last_s, "chunk_times": [first_s, last_s],
+                "chunk_tokens": [1, tokens - 1], "output_tokens": tokens}  # fmt: skip
+
+    errored = {"status": "error", "send_time": 0.0, "end_time": None, "chunk_times": [], "chunk_tokens": [],
+               "output_tokens": None}  # fmt: skip
+    rows = [row(32, 0.1, 0.41), row(32, 0.2, 0.51), errored]  # TTFT 100 and 200 ms, TPOT 10 ms each
+    before = {"generation_tokens": 100.0, "finished_requests": 4.0, "ttft_s_sum": 1.0, "ttft_count": 4.0,
+              "tpot_s_sum": 0.5, "tpot_count": 4.0}  # fmt: skip
+    after = {"generation_tokens": 164.0, "finished_requests": 7.0, "ttft_s_sum": 1.27, "ttft_count": 7.0,
+             "tpot_s_sum": 0.527, "tpot_count": 7.0}  # fmt: skip
+    check = M.served_check(before, after, rows)
+    assert (check["server_generation_tokens"], check["server_finished_requests"]) == (64.0, 3.0)
+    assert (check["client_output_tokens"], check["client_requests"], check["client_ttft_count"]) == (64, 3, 2)
     total = M.served_total([check, check])
     assert total["token_ratio"] == 1.0 and total["client_requests"] == 6 and E._served_flag(total) == []
-    foreign = M.served_total([M.served_check(before, {"generation_tokens": 196.0, "finished_requests": 8.0}, rows)])
+    assert total["ttft_ms_client"] == pytest.approx(150.0) and total["ttft_ms_vllm"] == pytest.approx(90.0)
+    assert total["tpot_ms_client"] == pytest.approx(10.0) and total["tpot_ms_vllm"] == pytest.approx(9.0)
+    foreign = M.served_total([M.served_check(before, {**after, "generation_tokens": 196.0, "finished_requests": 8.0},
+                                             rows)])  # fmt: skip
     assert foreign["token_ratio"] == 1.5
     (flag,) = E._served_flag(foreign)
     assert flag.startswith("vLLM counted 96 generated tokens and 4 finished requests in the window, the client "
                            "received 64 tokens in 3 requests")  # fmt: skip
     assert E._served_flag({**total, "server_finished_requests": 7.0})  # one request more: flagged
     unknown = M.served_total([M.served_check({}, {}, rows)])
-    assert unknown["token_ratio"] is None and unknown["client_output_tokens"] == 64 and E._served_flag(unknown) == []
+    assert unknown["token_ratio"] is None and unknown["ttft_ms_vllm"] is None and unknown["ttft_ms_client"] == 150.0
+    assert unknown["client_output_tokens"] == 64 and E._served_flag(unknown) == []
     assert M.served_total([])["token_ratio"] is None
