@@ -140,6 +140,7 @@ def test_resume_finishes_and_layout_is_a_local_sweeps(faulted, cluster):
             c = p["config"]["shape"]["concurrency"]
             sent = max(4, 5 * c)  # num_prompts, or the 5 x C floor a closed loop needs to state its precision
             assert p["metrics"]["completed"] == 2 * sent and p["spec_decode"]["mean_acceptance_length"] == k + 1
+            assert p["served"]["token_ratio"] == 1 and p["served"]["server_finished_requests"] == 2 * sent
             warmup = max(1, c)  # one warm-up wave at the point's concurrency
             assert len(pq.read_table(out / p["raw"]).to_pylist()) == warmup + 2 * sent and len(p["trials"]) == 2
 

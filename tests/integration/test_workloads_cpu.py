@@ -72,6 +72,9 @@ def test_every_workload_runs_with_per_category_rows(loaded):
     points = by_label(loaded)
     assert set(points) == {"mt-bench t0-max24 c4", "notes t0-max16 c3", "notes t1-max16 c3", "poisson 4x32x16 r8-b1-c4"}
     assert all(p["status"] == "ok" and p["mismatch"] == [] for p in points.values())
+    for p in points.values():  # chat and completions, per-category windows, an arrival schedule: vLLM counts alike
+        served = p["served"]
+        assert served["token_ratio"] == 1 and served["server_finished_requests"] == served["client_requests"] > 0
     cats = {label: {c["category"]: c for c in p["categories"]} for label, p in points.items()}
     assert set(cats["mt-bench t0-max24 c4"]) == {"coding", "math", "roleplay", "writing"}
     assert set(cats["notes t0-max16 c3"]) == set(cats["notes t1-max16 c3"]) == {"garden", "sums", "trains"}
@@ -138,7 +141,14 @@ def test_poisson_arrivals_match_the_asked_rate(loaded):
     ]
 
 
-ADDED_SINCE = {"warmup", "cache", "contamination", "contamination_checked", "flags"}  # bench.executor.point_record
+ADDED_SINCE = {
+    "warmup",
+    "cache",
+    "served",
+    "contamination",
+    "contamination_checked",
+    "flags",
+}  # bench.executor.point_record
 
 
 def test_records_match_the_committed_sweep(loaded):
