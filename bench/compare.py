@@ -45,6 +45,7 @@ class PointSide:
     rounds: list[str] = field(default_factory=list)  # the results directory's name of each start (round-N of ab)
     failures: list[str] = field(default_factory=list)  # "reason: detail" per failed start
     skipped: bool = False
+    flagged: list[tuple[str, str]] = field(default_factory=list)  # (start's folder, its flags) per flagged ok start
 
 
 def sweep_dirs(path: Path) -> list[Path]:
@@ -67,6 +68,8 @@ def load_side(path: Path) -> dict[str, PointSide]:
             if rec.status == "ok":
                 side.servers.append(_server_values(store, pid, rec))
                 side.rounds.append(sweep.name)
+                if rec.flags:  # bench.executor._flags: what the window held that the workload did not ask for
+                    side.flagged.append((sweep.name, "; ".join(str(f) for f in rec.flags)))
             elif rec.status == "skipped":
                 side.skipped = True
             else:
@@ -180,6 +183,7 @@ def compare_dirs(baseline: Path, candidate: Path, **options) -> dict:
     return {
         **result,
         "failures": failures(base, cand),
+        "flagged": flagged(base, cand, matched),
         "only_baseline": sorted(base[p].label for p in set(base) - set(cand) if not base[p].skipped),
         "only_candidate": sorted(cand[p].label for p in set(cand) - set(base) if not cand[p].skipped),
         "decomposition": decompose(result["table"]),
@@ -222,6 +226,19 @@ def failures(base: dict[str, PointSide], cand: dict[str, PointSide]) -> pd.DataF
     return pd.DataFrame(rows, columns=["point_id", "label", "problem", "detail", "gated"])
 
 
+def flagged(base: dict[str, PointSide], cand: dict[str, PointSide], compared: list[str]) -> pd.DataFrame:
+    """The compared points' server starts whose records carry flags (a window still contaminated after its
+    re-measures, prompts that hit the prefix cache, vLLM's counts differing from the client's): their figures are
+    in the comparison, so a pass over them is not a pass (`outcome`)."""
+    rows = [
+        {"point_id": p, "label": sides[p].label, "side": name, "start": start, "flags": flags}
+        for p in compared
+        for name, sides in (("baseline", base), ("candidate", cand))
+        for start, flags in sides[p].flagged
+    ]
+    return pd.DataFrame(rows, columns=["point_id", "label", "side", "start", "flags"])
+
+
 def decompose(table: pd.DataFrame) -> pd.DataFrame:
     """Split each throughput ratio into acceptance (mean acceptance length ratio) and kernel/system time (the
     rest: tokens per second per accepted length, i.e. the engine step rate)."""
@@ -252,9 +269,9 @@ def regressions(result: dict, gated=GATED) -> pd.DataFrame:
 
 def outcome(result: dict, gated=GATED) -> tuple[int, str]:
     """(exit code, one line): a regression (4) when a gated metric got slower or a point failed; else
-    inconclusive (6) when a gated metric could not be judged (too few server starts) or could have hidden a change
-    larger than `max_effect` (its detectable effect is larger, or unknown); else 0: no regression larger than
-    the stated detectable effect."""
+    inconclusive (6) when a gated metric could not be judged (too few server starts), could have hidden a change
+    larger than `max_effect` (its detectable effect is larger, or unknown), or rests on a flagged server start
+    (`flagged`); else 0: no regression larger than the stated detectable effect."""
     bad = regressions(result, gated)
     if len(bad):
         return ExitCode.GATE_FAILED, f"regression: {len(bad)} gated metric(s) slower, or points failed or missing"
@@ -262,7 +279,9 @@ def outcome(result: dict, gated=GATED) -> tuple[int, str]:
     g = t[t.metric.isin(gated)]
     unjudged = g[g.verdict == "insufficient data"]
     blind = g[(g.verdict == "no change") & ~(g.mde.astype(float) <= result["max_effect"])]
-    if len(unjudged) or len(blind):
+    suspect = result.get("flagged", pd.DataFrame(columns=["point_id"]))
+    suspect = suspect[suspect.point_id.isin(g.point_id)]
+    if len(unjudged) or len(blind) or len(suspect):
         why = []
         if len(unjudged):
             why.append(
@@ -275,6 +294,8 @@ def outcome(result: dict, gated=GATED) -> tuple[int, str]:
                 + (f"(up to {worst:.1%})" if worst == worst else "(unknown)")
                 + f" exceeds --max-effect {result['max_effect']:.0%}"
             )
+        if len(suspect):
+            why.append(f"{len(suspect)} flagged server start(s) in the comparison (compare.md lists them)")
         return ExitCode.INCONCLUSIVE, "inconclusive: " + "; ".join(why)
     worst = g.mde.astype(float).max() if len(g) else float("nan")
     return ExitCode.OK, f"no regression larger than {worst:.1%} (the largest detectable effect of {len(g)} gated tests)"
@@ -320,6 +341,14 @@ def compare_markdown(result: dict) -> str:
         lines += ["### Failed or missing in the candidate", ""]
         rows = ([r.label, r.problem, r.detail, "yes" if r.gated else "no"] for r in f.itertuples())
         lines += [*md_rows(["point", "problem", "detail", "gates"], rows), ""]
+    marked = result.get("flagged")
+    if marked is not None and not marked.empty:
+        lines += [
+            "### Flagged server starts (their figures are in the comparison: a pass over them is inconclusive)",
+            "",
+        ]
+        rows = ([r.label, r.side, r.start, r.flags[:300]] for r in marked.itertuples())
+        lines += [*md_rows(["point", "side", "start", "flags"], rows), ""]
     if t.empty:
         lines += ["No point ran ok on both sides: nothing was compared.", ""]
         return "\n".join(lines)

@@ -64,6 +64,31 @@ def test_a_quiet_aa_passes_with_its_detectable_effect_stated(tmp_path, rng):
     assert code == ExitCode.OK and line.startswith("no regression larger than")
 
 
+def test_a_pass_over_a_flagged_server_start_is_inconclusive(tmp_path, rng):
+    """The quiet A/A above, with one candidate start whose record carries a flag (bench.executor._flags): its figures
+    stay in the test (a change that contaminates windows must not be dropped from its own comparison), so the
+    pass becomes inconclusive and compare.md names the start. A regression stays a regression."""
+    import json
+
+    base = side(tmp_path / "a", rng.normal(1000, 3, 6), 10.0, rng)
+    cand = side(tmp_path / "b", rng.normal(1000, 3, 6), 10.0, rng)
+    record = cand / "round-2" / "points" / "p1.json"
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps({**data, "flags": ["window contaminated (jit-compile) after 1 re-measure(s)"]}))
+    result = compare_dirs(base, cand)
+    code, line = outcome(result)
+    assert (
+        code == ExitCode.INCONCLUSIVE
+        and line == "inconclusive: 1 flagged server start(s) in the comparison (compare.md lists them)"
+    )
+    text = compare_markdown(result)
+    assert "### Flagged server starts" in text and "| candidate | round-2 | window contaminated (jit-compile)" in text
+    slower = side(tmp_path / "c", rng.normal(800, 3, 6), 12.5, rng)
+    record = slower / "round-1" / "points" / "p1.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "flags": ["prefix cache hit 20.0%"]}))
+    assert outcome(compare_dirs(base, slower))[0] == ExitCode.GATE_FAILED
+
+
 def test_a_noisy_aa_is_inconclusive_not_a_pass(tmp_path, rng):
     base = side(tmp_path / "a", rng.normal(1000, 150, 6), 10.0, rng)
     cand = side(tmp_path / "b", rng.normal(1000, 150, 6), 10.0, rng)
