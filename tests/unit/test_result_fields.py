@@ -41,3 +41,23 @@ def test_an_optional_column_shows_only_where_a_point_has_it():
     assert column not in result_fields.html_columns(pd.DataFrame({column: [None, float("nan")]}))
     assert column not in result_fields.html_columns(pd.DataFrame({"x": [1]}))
     assert column in result_fields.html_columns(pd.DataFrame({column: [None, 1.0]}))
+
+
+def test_the_summary_says_how_far_vllms_counters_and_the_client_agree():
+    from bench.report.markdown import _served_line
+
+    ok = pd.DataFrame(
+        {
+            "served_token_ratio": [1.0, 1.0, None],
+            "tpot_client_over_vllm": [0.998, 1.002, None],
+            "ttft_client_minus_vllm_ms": [2.5, 4.1, None],
+        }
+    )
+    (line, blank) = _served_line(ok)
+    assert "over each window (2 of 3 points)" in line and "the tokens the client received: equal at every point" in line
+    assert "Mean TPOT, client / vLLM (`vllm:request_time_per_output_token_seconds`): 0.998-1.002" in line
+    assert "+2.5 to +4.1 ms" in line and blank == ""
+    off = ok.assign(served_token_ratio=[1.0, 1.3, None])
+    assert "vLLM / client 1.0000-1.3000 (the flags name points off by more than 0.1%)" in _served_line(off)[0]
+    assert _served_line(ok.assign(served_token_ratio=None)) == []  # records from before the cross-check
+    assert _served_line(pd.DataFrame({"x": [1]})) == []
