@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the H200 host after install-on-gpu-host.sh: the open issues' GPU work in priority order within one call's
-# BUDGET_SECONDS. It is what a session's third `run` (the one that installs vLLM) runs; later calls of the same lease
+# BUDGET_SECONDS (the call's limit less what came before it in the command: the install takes 1-2 min). It is what a
+# session's third `run` (the one that installs vLLM) runs; later calls of the same lease
 # run `issue21-dcp.sh BUDGET patched` alone, which resumes where this stopped.
 #   1. issue 19: `profile analyze` against `nsys stats` on the 65 MB export (BIG=0: ~1 min, cores 0-1)
 #   2. issue 20: the A/A of the known-slow profile, continued from its committed rounds (~150 s)
