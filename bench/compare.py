@@ -152,6 +152,7 @@ def judge(
         "alpha": alpha,
         "paired": paired,
         "failures": failures({}, {}),
+        "flagged": flagged({}, {}, []),
     }
 
 
@@ -279,8 +280,7 @@ def outcome(result: dict, gated=GATED) -> tuple[int, str]:
     g = t[t.metric.isin(gated)]
     unjudged = g[g.verdict == "insufficient data"]
     blind = g[(g.verdict == "no change") & ~(g.mde.astype(float) <= result["max_effect"])]
-    suspect = result.get("flagged", pd.DataFrame(columns=["point_id"]))
-    suspect = suspect[suspect.point_id.isin(g.point_id)]
+    suspect = result["flagged"][result["flagged"].point_id.isin(g.point_id)]
     if len(unjudged) or len(blind) or len(suspect):
         why = []
         if len(unjudged):
@@ -341,8 +341,8 @@ def compare_markdown(result: dict) -> str:
         lines += ["### Failed or missing in the candidate", ""]
         rows = ([r.label, r.problem, r.detail, "yes" if r.gated else "no"] for r in f.itertuples())
         lines += [*md_rows(["point", "problem", "detail", "gates"], rows), ""]
-    marked = result.get("flagged")
-    if marked is not None and not marked.empty:
+    marked = result["flagged"]
+    if not marked.empty:
         lines += [
             "### Flagged server starts (their figures are in the comparison: a pass over them is inconclusive)",
             "",

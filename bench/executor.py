@@ -219,7 +219,8 @@ def point_record(
     for t in trials:
         windows = {w: M.add_counts(windows.get(w), counts) for w, counts in t.windows.items()}
     cache = _cache(trials)
-    served = M.served_total([_served(t) for t in trials])
+    checks = [_served(t) for t in trials]  # one per trial's window: vLLM's counts beside the client's
+    served = M.served_total(checks)
     flags = _flags(ctx.plan.profile.run, point, cache, served, trials)
     status = "ok" if summary["completed"] == summary["requests"] else "failed"
     return {
@@ -230,7 +231,7 @@ def point_record(
         "finished": now(),
         "metrics": summary,
         "spec_decode": spec,
-        "trials": [_trial_record(t, concurrency) for t in trials],
+        "trials": [_trial_record(t, concurrency, check) for t, check in zip(trials, checks)],
         "warmup": _warmup_record(rows, trials[0]),
         "cache": cache,
         "served": served,
@@ -248,13 +249,13 @@ def point_record(
     }
 
 
-def _trial_record(t: Trial, concurrency: int | None) -> dict:
+def _trial_record(t: Trial, concurrency: int | None, served_check: dict) -> dict:
     return {
         "trial": t.rows[0]["trial"] if t.rows else None,
         "metrics": M.summarize([r for r in t.rows if r["phase"] == "measure"], concurrency),
         "spec_decode": M.spec_delta(t.before, t.after),
         "cache": M.cache_delta(t.before.get("cache") or {}, t.after.get("cache") or {}),
-        "served": M.served_total([_served(t)]),
+        "served": M.served_total([served_check]),
         "load": t.load,
         "contamination": t.contamination,
         "contamination_checked": list(t.checked),
@@ -314,8 +315,7 @@ def _flags(run, point: Point, cache: dict, served: dict, trials: list[Trial]) ->
     (random ids; a chat workload's turns re-send their history by design), contamination left after the last
     re-measure, and vLLM counting other tokens or requests than the client received (other traffic on the
     server, requests cut off, or a counting error on either side)."""
-    flags = []
-    flags += _served_flag(served)
+    flags = _served_flag(served)
     rate = cache.get("prefix_cache_hit_rate")
     if rate is not None and rate > PREFIX_HIT_LIMIT and not point.workload.is_text and not run.prompt_reuse:
         flags.append(f"prefix cache hit {rate:.1%} of prompt tokens in the window: prompts repeated (asked fresh)")

@@ -111,19 +111,19 @@ def counter_totals(samples, counters: dict[str, str]) -> dict:
     return out
 
 
-def cache_counters(samples) -> dict:
-    """Totals of CACHE_COUNTERS (summed over engines; None where the server has no such counter)."""
-    return counter_totals(samples, CACHE_COUNTERS)
+def counter_deltas(before: dict, after: dict, counters: dict[str, str]) -> dict:
+    """{key: after - before} for each of `counters`' keys between two `counter_totals` snapshots (None where either
+    is unknown)."""
+    return {
+        k: (after[k] - before[k]) if after.get(k) is not None and before.get(k) is not None else None for k in counters
+    }
 
 
 def served_check(before: dict, after: dict, measured_rows: list[dict]) -> dict:
     """One window's cross-check: what vLLM counted and timed (SERVED_COUNTERS between two snapshots) beside what the
     client received and timed in that window's measured requests (tokens from each response's usage; requests sent;
     TTFT and TPOT of the successful ones, bench.metrics.request_latencies). Sums and counts, so that windows add."""
-    d = {
-        k: (after[k] - before[k]) if after.get(k) is not None and before.get(k) is not None else None
-        for k in SERVED_COUNTERS
-    }
+    d = counter_deltas(before, after, SERVED_COUNTERS)
     lat = [request_latencies(r) for r in measured_rows]
     ttft = [x["ttft"] for x in lat if x["ttft"] is not None]
     tpot = [x["tpot"] for x in lat if x["tpot"] is not None]
@@ -162,10 +162,7 @@ def served_total(checks: list[dict]) -> dict:
 
 def cache_delta(before: dict, after: dict) -> dict:
     """Prefix-cache hits and preemptions over a window, and the hit rate (hit tokens over queried tokens)."""
-    d = {
-        k: (after[k] - before[k]) if after.get(k) is not None and before.get(k) is not None else None
-        for k in CACHE_COUNTERS
-    }
+    d = counter_deltas(before, after, CACHE_COUNTERS)
     q, h = d["prefix_cache_queries"], d["prefix_cache_hits"]
     return {**d, "prefix_cache_hit_rate": h / q if q and h is not None else None}
 
@@ -179,10 +176,7 @@ def info_labels(samples, metric: str) -> dict[str, str] | None:
 
 def counter_delta(before: dict, after: dict) -> dict:
     """The spec-decode counts between two counter snapshots (None where either side is unknown)."""
-    d = {
-        k: (after[k] - before[k]) if after.get(k) is not None and before.get(k) is not None else None
-        for k in SPEC_COUNTERS
-    }
+    d = counter_deltas(before, after, SPEC_COUNTERS)
     pos = None
     if after.get("per_position") and before.get("per_position") is not None:
         b = before["per_position"] + [0.0] * (len(after["per_position"]) - len(before["per_position"]))

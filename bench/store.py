@@ -31,7 +31,6 @@ class SweepStore:
     def log_path(self, engine_id: str) -> Path:
         return self.root / "logs" / f"server-{engine_id}.log"
 
-    # writes
     # writes: a record that does not match its model (bench.records) is a bug here, refused before it is written
     def write_manifest(self, manifest: dict) -> None:
         data = {"schema_version": SCHEMA_VERSION, **manifest}

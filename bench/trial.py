@@ -343,8 +343,11 @@ def counters(server: Serving) -> dict:
         server.check_alive()
         log.warning("could not read /metrics: %s", exc)
         return {}
-    served = M.counter_totals(samples, M.SERVED_COUNTERS)
-    return {**M.spec_counters(samples), "cache": M.cache_counters(samples), "served": served}
+    return {
+        **M.spec_counters(samples),
+        "cache": M.counter_totals(samples, M.CACHE_COUNTERS),
+        "served": M.counter_totals(samples, M.SERVED_COUNTERS),
+    }
 
 
 def _rows(records: list[RequestRecord], trial: int, attempt: int) -> list[dict]:

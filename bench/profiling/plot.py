@@ -180,6 +180,7 @@ class ChartInChild:
 
 
 def _child_main(argv: list[str]) -> int:
+    # matplotlib first, before the bars can arrive: this import is what runs beside the parent's read
     import matplotlib.backends.backend_agg
     import matplotlib.figure
     import matplotlib.ticker  # noqa: F401

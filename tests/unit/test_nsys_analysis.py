@@ -432,11 +432,12 @@ def test_analysis_failure_leaves_no_chart_process(tmp_path, monkeypatch):
 
     def spy(self, path_png):
         real_init(self, path_png)
-        started.append(self)
+        started.append((self, self.proc))
 
     monkeypatch.setattr(ChartInChild, "__init__", spy)
     bogus = tmp_path / "bogus.sqlite"
     bogus.write_bytes(b"not sqlite at all" * 100)
     with pytest.raises(BenchError):
         analyze(bogus, tmp_path / "out")
-    assert len(started) == 1 and started[0].proc is None  # closed: killed and reaped
+    ((chart, proc),) = started
+    assert chart.proc is None and proc.returncode is not None  # closed: the child killed and reaped
