@@ -131,6 +131,48 @@ class Served(Open):
     tpot_ms_client: float | None = None
 
 
+class EffectiveModel(Open):
+    """What one model's attention layers ran with, summarised over its layers (bench.effective.summarize_record;
+    "A | B" where layers differ)."""
+
+    layers: int | None = None
+    backend: str | None = None
+    backend_class: str | None = None
+    impl_class: str | None = None
+    block_size: int | str | None = None
+    kv_cache_dtype: str | None = None
+    kv_spec_dtype: str | None = None
+
+    def kv_ran(self) -> str | None:
+        """The KV dtype as "configured (storage)", e.g. "auto (bfloat16)"; the storage only where it differs."""
+        if self.kv_cache_dtype is None:
+            return None
+        storage = self.kv_spec_dtype
+        return (
+            f"{self.kv_cache_dtype} ({storage})" if storage and storage != self.kv_cache_dtype else self.kv_cache_dtype
+        )
+
+
+class Effective(Open):
+    """What the server really ran with (bench.effective.read_effective): the flat fields from its log and metrics,
+    overridden by the engine records where they know (`source` "engine record"; then `target` / `draft` hold each
+    model's layers)."""
+
+    source: str | None = None  # "server log" / "engine record"; records before 2026-12 have none (the log)
+    target_attention_backend: str | None = None
+    draft_attention_backend: str | None = None
+    kv_cache_dtype: str | None = None
+    block_size: int | None = None
+    cudagraph_mode: str | None = None
+    dcp_size: int | None = None
+    kv_cache_tokens: int | None = None
+    runner: str | None = None
+    runner_class: str | None = None
+    vllm_version: str | None = None
+    target: EffectiveModel | None = None
+    draft: EffectiveModel | None = None
+
+
 class Event(Open):
     """A server-log event inside a window (bench.contamination)."""
 
@@ -197,7 +239,7 @@ class PointRecord(Open):
     contamination: list[Event] = []
     contamination_checked: list[str] | None = None  # where it was looked for; None: a record from before
     flags: list[Any] = []
-    effective: dict[str, Any] | None = None
+    effective: Effective | None = None
     mismatch: list[str] = []
     workload: dict[str, Any] | None = None
     categories: list[dict[str, Any]] | None = None  # bench.metrics.category_metrics

@@ -17,6 +17,7 @@ import pandas as pd
 from bench.failures import classify_log
 from bench.profiling.nsys_analysis import summarize_ranges
 from bench.profiling.step_shares import RANGE_COLUMNS, CaptureShares, shares_of
+from bench.records import Effective, EffectiveModel, PointRecord
 from bench.report.categories import category_table, has_workloads
 from bench.report.dcp_view import dcp_rows
 from bench.report.roofline import model_configs
@@ -257,54 +258,47 @@ EFFECTIVE_COLUMNS += ["target_backend_ran", "target_kv_asked", "target_kv_ran", 
 EFFECTIVE_COLUMNS += ["cudagraph_mode", "dcp_asked", "dcp_ran", "runner", "vllm_version", "mismatch"]
 
 
-def effective_table(records: dict[str, dict]) -> pd.DataFrame:
+def effective_table(records: dict[str, PointRecord]) -> pd.DataFrame:
     """One row per engine config whose server started: what it asked vs what ran, from the engine's record
     (bench.profiling.effective_record) or, for results without one, the server log (`source`), and the
     mismatch flags of its points. A KV dtype that ran reads "configured (storage)", e.g. "auto (bfloat16)"."""
-    by_engine: dict[str, list[dict]] = {}
+    by_engine: dict[str, list[PointRecord]] = {}
     for p in records.values():
-        if p.get("effective"):
-            by_engine.setdefault(p["engine_id"], []).append(p)
+        if p.effective is not None:
+            by_engine.setdefault(p.engine_id, []).append(p)
     df = pd.DataFrame([_effective_row(ps) for ps in by_engine.values()], columns=EFFECTIVE_COLUMNS)
     order = ["draft_backend_asked", "draft_kv_asked", "dcp_asked", "engine"]
     return df.sort_values(order, kind="stable").reset_index(drop=True)
 
 
-def _effective_row(points: list[dict]) -> dict:
+def _effective_row(points: list[PointRecord]) -> dict:
     p = points[0]
-    eng, e = p["config"]["engine"], p["effective"]
-    server, spec = eng.get("server") or {}, bool(eng.get("num_speculative_tokens"))
-    target, draft = e.get("target") or {}, e.get("draft") or {}
-    flags = sorted({f for q in points for f in q.get("mismatch") or []})
+    eng, e = p.config.engine, p.effective or Effective()
+    spec = bool(eng.num_speculative_tokens)
+    target, draft = e.target or EffectiveModel(), e.draft or EffectiveModel()
+    flags = sorted({f for q in points for f in q.mismatch})
     return {
-        "engine": (p.get("label") or {}).get("engine"),
-        "engine_id": p["engine_id"],
+        "engine": p.label.get("engine"),
+        "engine_id": p.engine_id,
         "points": len(points),
-        "source": e.get("source") or "server log",
-        "draft_backend_asked": eng["draft_attention_backend"] if spec else None,
-        "draft_backend_ran": (draft.get("backend") or e.get("draft_attention_backend")) if spec else None,
-        "draft_kv_asked": eng["draft_kv_cache_dtype"] if spec else None,
-        "draft_kv_ran": _kv_ran(draft),
-        "draft_block_size": draft.get("block_size"),
-        "target_backend_asked": server.get("attention_backend") or "auto",
-        "target_backend_ran": target.get("backend") or e.get("target_attention_backend"),
-        "target_kv_asked": server.get("kv_cache_dtype") or "auto",
-        "target_kv_ran": _kv_ran(target) or e.get("kv_cache_dtype"),
-        "target_block_size": target.get("block_size") or e.get("block_size"),
-        "cudagraph_mode": e.get("cudagraph_mode"),
-        "dcp_asked": eng["dcp_size"],
-        "dcp_ran": e.get("dcp_size"),
-        "runner": " ".join(str(v).rsplit(".", 1)[-1] for v in (e.get("runner"), e.get("runner_class")) if v) or None,
-        "vllm_version": e.get("vllm_version"),
+        "source": e.source or "server log",
+        "draft_backend_asked": eng.draft_attention_backend if spec else None,
+        "draft_backend_ran": (draft.backend or e.draft_attention_backend) if spec else None,
+        "draft_kv_asked": eng.draft_kv_cache_dtype if spec else None,
+        "draft_kv_ran": draft.kv_ran(),
+        "draft_block_size": draft.block_size,
+        "target_backend_asked": eng.server.get("attention_backend") or "auto",
+        "target_backend_ran": target.backend or e.target_attention_backend,
+        "target_kv_asked": eng.server.get("kv_cache_dtype") or "auto",
+        "target_kv_ran": target.kv_ran() or e.kv_cache_dtype,
+        "target_block_size": target.block_size or e.block_size,
+        "cudagraph_mode": e.cudagraph_mode,
+        "dcp_asked": eng.dcp_size,
+        "dcp_ran": e.dcp_size,
+        "runner": " ".join(str(v).rsplit(".", 1)[-1] for v in (e.runner, e.runner_class) if v) or None,
+        "vllm_version": e.vllm_version,
         "mismatch": "; ".join(flags) or None,
     }
-
-
-def _kv_ran(model: dict) -> str | None:
-    configured, storage = model.get("kv_cache_dtype"), model.get("kv_spec_dtype")
-    if configured is None:
-        return None
-    return f"{configured} ({storage})" if storage and storage != configured else str(configured)
 
 
 def summary_counts(df: pd.DataFrame) -> dict:
@@ -423,7 +417,7 @@ def collect(sweep_dir: Path, points: pd.DataFrame | None = None, servers: pd.Dat
         acceptance=acceptance_table(df),
         heatmap=heatmap_table(plain_points(df)),
         problems=problems_table(df, sweep_dir),
-        effective=effective_table(SweepStore(sweep_dir).points()),
+        effective=effective_table(SweepStore(sweep_dir).records()),
         roofline=roof,
         roofline_inputs=inputs,
         roofline_notes=notes,

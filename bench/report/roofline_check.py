@@ -49,13 +49,13 @@ def step_facts(sweep_dir: Path) -> StepFacts:
     server log says so."""
     store, facts = SweepStore(sweep_dir), StepFacts()
     logs_read: set[str] = set()  # one read of each engine's log, downgrade or not
-    for pid, point in store.points().items():
-        raw = store.root / point["raw"] if point.get("raw") else store.raw_path(pid)
+    for pid, point in store.records().items():
+        raw = store.root / point.raw if point.raw else store.raw_path(pid)
         if raw.is_file():
             share = prefill_overlap(pd.read_parquet(raw))
             if share is not None:
                 facts.prefill_overlap[pid] = share
-        engine = str(point.get("engine_id") or "")
+        engine = point.engine_id
         log = store.log_path(engine) if engine else None
         if engine not in logs_read and log is not None and log.is_file():
             logs_read.add(engine)

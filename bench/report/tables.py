@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import axes as server_axes
-from bench.records import Metrics, PointRecord, Precision, Served, SpecDecode, Steady, Summary
+from bench.records import Effective, Metrics, PointRecord, Precision, Served, SpecDecode, Steady, Summary
 from bench.store import SweepStore
 
 POINT_COLUMNS = [
@@ -82,7 +82,7 @@ def _client_against_vllm(served: Served | None) -> dict:
 
 def point_row(p: PointRecord) -> dict:
     cfg, eng = p.config, p.config.engine
-    m, s, e = p.metrics or Metrics(), p.spec_decode or SpecDecode(), p.effective or {}
+    m, s, e = p.metrics or Metrics(), p.spec_decode or SpecDecode(), p.effective or Effective()
     precision, steady = m.precision or Precision(), m.steady or Steady()
 
     def pct(summary: Summary | None, q: str) -> float | None:
@@ -137,11 +137,11 @@ def point_row(p: PointRecord) -> dict:
         "acceptance_rate": s.acceptance_rate,
         "mean_acceptance_length": s.mean_acceptance_length,
         "per_position_acceptance": s.per_position_acceptance,
-        "target_attention_backend_ran": e.get("target_attention_backend"),
-        "draft_attention_backend_ran": e.get("draft_attention_backend"),
-        "kv_cache_dtype_ran": e.get("kv_cache_dtype"),
-        "cudagraph_mode": e.get("cudagraph_mode"),
-        "kv_cache_tokens": e.get("kv_cache_tokens"),
+        "target_attention_backend_ran": e.target_attention_backend,
+        "draft_attention_backend_ran": e.draft_attention_backend,
+        "kv_cache_dtype_ran": e.kv_cache_dtype,
+        "cudagraph_mode": e.cudagraph_mode,
+        "kv_cache_tokens": e.kv_cache_tokens,
         "mismatch": "; ".join(p.mismatch) or None,
         "detail": p.detail,
         **_workload_columns(p),

@@ -429,7 +429,7 @@ def test_executor_stores_the_record_per_point_and_the_report_shows_it(tmp_path, 
     eff = point["effective"]
     assert eff["source"] == "engine record" and eff["draft"]["backend"] == "CPU_MLA" and point["mismatch"] == []
     assert eff["records"] == [f"effective/{point['engine_id']}/effective-rank0-pid1.json"]  # the stale one is gone
-    row = A.effective_table(SweepStore(out).points()).iloc[0]
+    row = A.effective_table(SweepStore(out).records()).iloc[0]
     assert (row.draft_backend_asked, row.draft_backend_ran, row.draft_kv_ran) == (
         "CPU_MLA",
         "CPU_MLA",
@@ -441,7 +441,7 @@ def test_executor_stores_the_record_per_point_and_the_report_shows_it(tmp_path, 
 
 def test_a_draft_that_inherited_the_targets_backend_is_named_in_the_report(tmp_path, monkeypatch):
     out = sweep_with_record(tmp_path, monkeypatch, record(draft_backend="TRITON_MLA", target_backend="TRITON_MLA"))
-    row = A.effective_table(SweepStore(out).points()).iloc[0]
+    row = A.effective_table(SweepStore(out).records()).iloc[0]
     assert row.draft_backend_ran == "TRITON_MLA" and "inherited the target's backend" in row.mismatch
     from bench.report.build import build_report
 
