@@ -33,15 +33,26 @@ class Link:
     source: str
 
 
-# Bandwidth: 460-480 GB/s busbw at large sizes for 8 x H100 SXM5 over NVLink 4 / NVSwitch (docs.alayanew.com, "NCCL-tests
-# in practice", 2026-05-06); an H200 SXM has the same NVLink 4 (18 links, 900 GB/s bidirectional per GPU), so the
-# lower end is taken. Latency: no published small-message figure for 8 x H200 was found; 10 us per collective is an
-# assumption, stated as such wherever the term is shown (docs/kimi-rank.md).
+# Both figures are 8 x H100 SXM measurements; an H200 SXM has the same NVLink 4 (18 links, 900 GB/s bidirectional per
+# GPU) and NVSwitch, so they are taken for 8 x H200 (docs/kimi-rank.md, "The communication model's figures").
+# - Bandwidth 370 GB/s: NCCL's maintainer, NVIDIA/nccl-tests issue 212 (2024-05-06): with the protocol overhead NCCL
+#   gets "an effective NVLink bandwidth of 370GB/s, which you can observe as BusBw when running non-allreduce
+#   operations" on H100 (all_reduce reaches ~480 GB/s only through NVLink SHARP, which all-gather and reduce-scatter
+#   do not use).
+# - Latency 15 us: NVIDIA/Megatron-LM pull request 5596 measured ring all-gather / reduce-scatter kernel device times
+#   on 8 x H100 (NCCL, no symmetric memory): 20.2 / 18.6 us at 2 MiB, 43.4 / 47.0 us at 8 MiB, 118.9 / 112.6 us at
+#   32 MiB, 385.3 us (all-gather) at 128 MiB. 20.2 us less 2 MiB x 7/8 at 370 GB/s (5.0 us) is 15.2 us. With these two
+#   figures the model gives 20.0 / 34.8 / 94.4 / 332.4 us at those sizes: from 26% below to 7% above the measured
+#   times, below at every size from 8 MiB up, so the modelled term leans low for large collectives
+#   (tests/unit/test_dcp_comm.py reproduces these figures).
 NVLINK_8X_H200 = Link(
-    name="8 x H200 NVLink 4 (NCCL)",
-    busbw_gb_s=460.0,
-    latency_us=10.0,
-    source="busbw: docs.alayanew.com NCCL-tests reference, 8 x H100 SXM5 NVLink 460-480 GB/s; latency 10 us assumed",
+    name="8 x H200 NVLink 4 (NCCL, ring)",
+    busbw_gb_s=370.0,
+    latency_us=15.0,
+    source=(
+        "busbw 370 GB/s: NVIDIA/nccl-tests#212, non-allreduce collectives on 8 x H100 NVLink 4; latency 15 us: "
+        "fitted to NVIDIA/Megatron-LM#5596's 2 MiB ring all-gather kernel time on 8 x H100"
+    ),
 )
 
 

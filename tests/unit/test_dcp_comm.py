@@ -63,9 +63,19 @@ def test_kv_capacity():
     assert kv_capacity(5_304_064, 8192, 256) == {"longest_context": 5_304_064, "largest_batch": 627}
 
 
-def test_the_cited_link():
-    assert NVLINK_8X_H200.busbw_gb_s == 460.0 and "alayanew" in NVLINK_8X_H200.source
-    assert "assumed" in NVLINK_8X_H200.source  # the latency is not a published figure: it says so
+def test_the_cited_link_against_the_kernel_times_it_was_fitted_to():
+    """NVIDIA/Megatron-LM#5596's ring all-gather / reduce-scatter kernel device times on 8 x H100 (us): the model
+    meets the 2 MiB figure it was fitted to and stays between 26% below and 7% above the others, as bench/dcp_comm.py
+    says."""
+    assert NVLINK_8X_H200.busbw_gb_s == 370.0 and "nccl-tests#212" in NVLINK_8X_H200.source
+    assert NVLINK_8X_H200.latency_us == 15.0 and "Megatron-LM#5596" in NVLINK_8X_H200.source
+    measured = {2: (20.2, 18.6), 8: (43.4, 47.0), 32: (118.9, 112.6), 128: (385.3,)}
+    ratios = []
+    for mib, times in measured.items():
+        model_us = collective_s(mib * 2**20, 8, NVLINK_8X_H200) * 1e6
+        ratios += [model_us / t for t in times]
+    assert collective_s(2 * 2**20, 8, NVLINK_8X_H200) * 1e6 == pytest.approx(20.2, abs=0.3)
+    assert 0.74 <= min(ratios) < 0.75 and 1.07 <= max(ratios) < 1.08
 
 
 def test_dcp_rows_keeps_shapeless_points_without_modelled_columns():
