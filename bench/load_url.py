@@ -233,7 +233,7 @@ def load_url(request: LoadRequest) -> SweepOutcome:
         run_points(SweepContext(store=store, progress=progress, plan=plan, salt=salt), running, points)
     finally:
         progress.close()
-    statuses = [p["status"] for p in store.points().values()]
+    statuses = [p.status for p in store.records().values()]
     counts = {s: statuses.count(s) for s in ("ok", "failed", "skipped")}
     return SweepOutcome(store.root, _report(store.root), counts)
 

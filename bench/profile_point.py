@@ -106,9 +106,12 @@ def run_profile(job: ProfileJob) -> ProfileOutcome:
     store = run_sweep(job.plan, job.out, SweepOptions(quiet=job.quiet, capture=capture, ray=job.ray))
     summary = build_report_safely(store.root)  # a report that fails to build must not hide the exit code
     report_html = summary.parent / "report.html" if summary else None
-    record = store.points().get(job.point.id) or {"status": "missing", "reason": "no record", "detail": ""}
-    detail = f": {record['detail']}" if record.get("detail") else ""
-    point_error = None if record["status"] == "ok" else f"{record['status']} ({record['reason']}{detail})"
+    record = store.records().get(job.point.id)
+    if record is None:
+        point_error: str | None = "missing (no record)"
+    else:
+        detail = f": {record.detail}" if record.detail else ""
+        point_error = None if record.status == "ok" else f"{record.status} ({record.reason}{detail})"
     failed = next((i for i, item in enumerate(capture.outputs) if item.get("error")), len(capture.outputs))
     problem = capture_problem(capture.outputs, set() if point_error else {job.point.engine.id})
     return ProfileOutcome(store.root, report_html, capture.outputs[:failed], problem, point_error)

@@ -114,11 +114,11 @@ def sweep(request: SweepRequest) -> SweepOutcome:
         time_budget_s=request.time_budget_s,
     )
     store = run_sweep(plan, out, options)
-    done = store.points()
+    done = store.records()
     records = done.values()
-    statuses = [p["status"] for p in records]
+    statuses = [p.status for p in records]
     counts = {status: statuses.count(status) for status in ("ok", "failed", "skipped")}
-    measured = {p["engine_id"] for p in records if p["status"] == "ok"}
+    measured = {p.engine_id for p in records if p.status == "ok"}
     problem = capture_problem(capture.outputs, measured) if capture else None
     left = sum(1 for p in plan.runnable if p.id not in done)
     return SweepOutcome(store.root, build_report_safely(store.root), counts, capture_error=problem, left=left)
