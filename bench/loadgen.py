@@ -57,6 +57,7 @@ class RequestRecord:
     spec_draft_tokens: int | None = None
     spec_accepted_tokens: int | None = None
     spec_histogram: list[int] | None = None  # verify steps that accepted exactly j draft tokens, j = 0..k
+    slot: int | None = None  # the closed loop's worker that sent it (bench.window.first_of_each_slot)
 
     def to_row(self) -> dict:
         return asdict(self)
@@ -412,7 +413,7 @@ async def _loop(load: _Load, loop: ClosedLoop, phase: str, send_unit, offset_s: 
             if j and offset_s > 0:
                 await asyncio.sleep(j * offset_s)
             while (i := next_index()) is not None:
-                await send_unit(session, phase, i)
+                await send_unit(session, phase, i, j)
 
         async with asyncio.TaskGroup() as group:
             for j in range(loop.concurrency):
@@ -436,10 +437,10 @@ def run_closed_loop(
     records = [] if records is None else records
     load = _Load(base_url, model, timeout_s, records)
 
-    async def send_unit(session, phase: str, i: int) -> None:
+    async def send_unit(session, phase: str, i: int, slot: int) -> None:
         prompt = loop.prompt(phase, i)
         rec = RequestRecord(len(records), phase, len(prompt), loop.max_tokens, send_time=0.0, workload=workload)
-        rec.category = RANDOM_CATEGORY
+        rec.category, rec.slot = RANDOM_CATEGORY, slot
         records.append(rec)
         await _one(session, load, rec, "/v1/completions", completion_body(model, prompt, loop.max_tokens))
         rec.arrival_time = rec.start_time = rec.send_time  # closed loop: due, arrived and started when sent

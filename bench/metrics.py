@@ -290,13 +290,18 @@ def summarize(records: list[dict], concurrency: int | None = None) -> dict:
     if concurrency is None:
         return {**whole, "window": "whole"}
     measured = [r for r in records if r["phase"] == "measure"]
-    trials = [
-        [r for r in measured if (r.get("trial") or 0) == t] for t in sorted({r.get("trial") or 0 for r in measured})
-    ]
-    steady = W.steady(trials, concurrency)
+    steady = W.steady(closed_runs(measured), concurrency)
     if steady is None or not steady["output_throughput"]:
         return {**whole, "window": "whole", "steady": None}
     return {**whole, **_steady_headline(measured, steady, whole), "whole": {k: whole[k] for k in WHOLE_KEYS}}
+
+
+def closed_runs(measured: list[dict]) -> list[list[dict]]:
+    """The measured rows cut into the closed-loop runs that each ramp up, hold C in flight and drain: one per
+    trial, and within a trial one per /metrics window when categories were measured apart (each window drains to
+    zero before the next starts, so one span across them would take in the drains and ramp-ups between)."""
+    keys = sorted({(r.get("trial") or 0, r.get("window") or "") for r in measured})
+    return [[r for r in measured if (r.get("trial") or 0, r.get("window") or "") == key] for key in keys]
 
 
 def _steady_headline(measured: list[dict], steady: dict, whole: dict) -> dict:

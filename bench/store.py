@@ -107,6 +107,7 @@ RAW_SCHEMA = pa.schema(
         ("spec_draft_tokens", pa.int64()),
         ("spec_accepted_tokens", pa.int64()),
         ("spec_histogram", pa.list_(pa.int64())),
+        ("slot", pa.int64()),  # the closed loop's worker (from 2026-12-05)
     ]
 )
 

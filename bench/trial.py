@@ -313,25 +313,30 @@ def _contamination(server: Serving, trial: Trial, point: Point) -> tuple[list[di
     preempted = M.cache_delta(trial.before.get("cache") or {}, trial.after.get("cache") or {})["preemptions"]
     if preempted:
         events.append({"kind": "preemption", "time": None, "line": f"vllm:num_preemptions_total +{preempted:g}"})
-    span = headline_span(trial.rows, closed_loop_concurrency(point))
+    spans = headline_spans(trial.rows, closed_loop_concurrency(point))
     text = server.log_text()
     if text:
         checked = (CHECKED_LOG, *checked)
-    if span is None or not text:
+    if not spans or not text:
         return events, checked
     offset = trial.load["clock"]["unix"] - trial.load["clock"]["perf"]
-    found = contamination.events_in(text, span.start + offset, span.end + offset)
+    found = [e for span in spans for e in contamination.events_in(text, span.start + offset, span.end + offset)]
     return events + contamination.summary(found), checked
 
 
-def headline_span(rows: list[dict], concurrency: int | None) -> W.Span | None:
-    """The span the point's headline figures come from: the steady span of a closed loop, else the whole
-    measured window (first send to last end)."""
-    measured = [r for r in rows if r["phase"] == "measure"]
-    if concurrency is not None and (span := W.steady_span(measured, concurrency)) is not None:
-        return span
-    ends = [r["end_time"] for r in measured if r.get("end_time") is not None]
-    return W.Span(min(r["send_time"] for r in measured), max(ends)) if ends else None
+def headline_spans(rows: list[dict], concurrency: int | None) -> list[W.Span]:
+    """The spans the trial's headline figures come from, one per closed-loop run (bench.metrics.closed_runs: a
+    category measured apart is its own run): the steady span of each, else the run's whole window (first send to
+    last end)."""
+    out = []
+    for run in M.closed_runs([r for r in rows if r["phase"] == "measure"]):
+        if concurrency is not None and (span := W.steady_span(run, concurrency)) is not None:
+            out.append(span)
+            continue
+        ends = [r["end_time"] for r in run if r.get("end_time") is not None]
+        if ends:
+            out.append(W.Span(min(r["send_time"] for r in run), max(ends)))
+    return out
 
 
 def counters(server: Serving) -> dict:

@@ -34,6 +34,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -63,8 +64,8 @@ def steady_span(rows: Sequence[dict], concurrency: int) -> Span | None:
     sent = sorted((r for r in rows if r.get("send_time") is not None), key=lambda r: r["send_time"])
     if concurrency < 1 or len(sent) < concurrency:
         return None
-    first = sent[:concurrency]
-    if any(not r.get("chunk_times") for r in first):
+    first = first_of_each_slot(sent, concurrency)
+    if len(first) < concurrency or any(not r.get("chunk_times") for r in first):
         return None
     start = max(r["chunk_times"][0] for r in first)
     last_send = sent[-1]["send_time"]
@@ -73,6 +74,20 @@ def steady_span(rows: Sequence[dict], concurrency: int) -> Span | None:
         return None
     end = min(ends)
     return Span(start, end) if end > start else None
+
+
+def first_of_each_slot(sent: Sequence, concurrency: int) -> list:
+    """The first request of each of the C slots, from rows or records in send order. A closed loop records its
+    worker's slot: with staggered starts, slot 0's second request can go out before slot C-1's first, so the first
+    C sends are not one per slot. Rows without a slot (text workloads, results from before 2026-12-05) send their
+    first C at once, and those are taken."""
+    slots: dict[int, Any] = {}
+    for r in sent:
+        slot = r.get("slot") if isinstance(r, dict) else getattr(r, "slot", None)
+        if slot is None:
+            return list(sent[:concurrency])
+        slots.setdefault(slot, r)
+    return list(slots.values())
 
 
 def _chunks(rows: Iterable[dict]) -> Iterable[tuple[list[float], list[int]]]:
@@ -87,12 +102,16 @@ def tokens_in(rows: Sequence[dict], lo: float, hi: float) -> int:
 
 
 def step_gaps(rows: Sequence[dict], span: Span) -> list[tuple[float, float, int]]:
-    """(end time, gap s, tokens) of every chunk whose predecessor in the same request also lies in the span."""
+    """(end time, gap s, tokens) of every chunk whose predecessor in the same request also lies in the span. Chunks
+    that the client read together carry one arrival time; m of them after a gap share it, m steps of gap / m each
+    (not m - 1 steps of 0 s and one of the whole gap, which would pull the step p50 and the stall threshold down)."""
     out = []
     for times, tokens in _chunks(rows):
-        for i in range(1, len(times)):
-            if span.start <= times[i - 1] and times[i] <= span.end:
-                out.append((times[i], times[i] - times[i - 1], tokens[i]))
+        groups = [list(g) for _, g in itertools.groupby(range(len(times)), key=lambda k: times[k])]
+        for before, group in itertools.pairwise(groups):
+            t0, t = times[before[0]], times[group[0]]
+            if span.start <= t0 and t <= span.end:
+                out += [(t, (t - t0) / len(group), tokens[k]) for k in group]
     return out
 
 
@@ -305,6 +324,8 @@ class WindowRule:
     sent: int = 0
 
     def more(self, i: int, load) -> bool:
+        if self.stopped:  # once stopped, stopped: a later look must not restart the loop at fewer than C in flight
+            return False
         now = self.clock()
         if self.started is None:
             self.started = now
@@ -363,7 +384,7 @@ class WindowRule:
 
 def _all_decoding(records: Sequence, concurrency: int) -> float | None:
     """When each of the measured phase's first C requests had its first token (None: not yet)."""
-    first = [r for r in records if r.phase == "measure"][:concurrency]
+    first = first_of_each_slot([r for r in records if r.phase == "measure"], concurrency)
     if len(first) < concurrency or any(not r.chunk_times for r in first):
         return None
     return max(r.chunk_times[0] for r in first)

@@ -41,7 +41,7 @@ def scripted(monkeypatch):
         return T.Trial(rows=rows, before={}, after={}, load={"clock": {"unix": start, "perf": 0.0}, "end": end})
 
     monkeypatch.setattr(T, "_run_trial", run_trial)
-    monkeypatch.setattr(T, "headline_span", lambda rows, c: W.Span(0.0, 5.0))  # the window, on the perf clock
+    monkeypatch.setattr(T, "headline_spans", lambda rows, c: [W.Span(0.0, 5.0)])  # the window, on the perf clock
     monkeypatch.setattr(contamination, "events_in", functools.partial(contamination.events_in, tz=dt.UTC))
     return windows, calls
 

@@ -290,3 +290,67 @@ def test_a_deadline_stops_sending_one_drain_before_it_whatever_the_floors_say():
     clock.t = 42.0
     assert not rule.more(11, _load([], 42.0)) and rule.record()["stopped_by"] == "deadline"
     assert free.more(11, _load([], 42.0)) and free.record()["stopped_by"] is None
+
+
+def test_a_precision_stop_is_final():
+    """Once stopped for precision, a later look whose half-width is wider must not restart the loop: the workers
+    that already quit would leave it sending at fewer than C in flight."""
+    clock, rows = Clock(), closed_loop(4, 400)
+    rule = W.WindowRule(4, 4, target_precision=0.02, max_window_s=1000.0, clock=clock)
+    clock.t = 60.0
+    assert not rule.more(100, _load(rows, 60.0)) and rule.stopped == "precision"
+    rule.target_precision = 1e-9  # any later half-width now reads as too wide
+    clock.t = 62.0
+    assert [rule.more(101 + i, _load(rows, 62.0)) for i in range(3)] == [False] * 3
+    assert rule.record()["stopped_by"] == "precision"
+
+
+def test_staggered_slots_the_span_starts_when_every_slots_first_request_decodes():
+    """Slot 0 starts at once with a fast first request, slot 3 starts late: slot 0's second request goes out
+    before slot 3's first. The first C sends are then not one per slot; the recorded slot says which are."""
+    rows = []
+    for slot, (send, first_token) in enumerate([(0.0, 0.2), (0.5, 0.7), (1.0, 1.2), (2.0, 2.5)]):
+        rows.append({"send_time": send, "chunk_times": [first_token, first_token + 0.3], "end_time": 9.0 - slot})
+        rows[-1]["slot"] = slot
+    rows[0]["end_time"] = 0.6  # slot 0's first request ends; its second goes out before slot 3's first
+    rows.append({"send_time": 0.6, "chunk_times": [0.8, 1.0], "end_time": 9.5, "slot": 0})
+    rows.append({"send_time": 9.0, "chunk_times": [9.2, 9.4], "end_time": 9.4, "slot": 1})
+    span = W.steady_span(rows, 4)
+    assert span is not None and span.start == 2.5  # slot 3's first token, not slot 0's second request's 0.8
+    unslotted = [{k: v for k, v in r.items() if k != "slot"} for r in rows]
+    assert W.steady_span(unslotted, 4).start == 1.2  # without slots: the first four sends, the old rule
+    records = [types.SimpleNamespace(phase="measure", **r) for r in sorted(rows, key=lambda r: r["send_time"])]
+    assert W._all_decoding(records, 4) == 2.5
+
+
+def test_chunks_read_together_share_their_gap():
+    """Two chunks that the client read in one go carry one time: two steps of half the gap each, not a 0 ms step
+    beside one of the whole gap."""
+    rows = [{"chunk_times": [0.0, 0.1, 0.2, 0.4, 0.4, 0.5], "chunk_tokens": [1, 1, 1, 2, 1, 1]}]
+    gaps = W.step_gaps(rows, W.Span(0.0, 1.0))
+    assert [round(g * 1e3, 6) for _, g, _ in gaps] == [100, 100, 100, 100, 100]
+    assert [n for _, _, n in gaps] == [1, 1, 2, 1, 1]
+    assert W.step_gaps([{"chunk_times": [0.0, 0.0, 0.2], "chunk_tokens": [1, 1, 1]}], W.Span(0.0, 1.0)) == [
+        (0.2, pytest.approx(0.2), 1)
+    ]
+
+
+def test_categories_measured_apart_are_separate_runs():
+    """Two categories, each its own closed-loop window drained before the next, 5 s apart: the steady figure is
+    over each window's own span, not one span across both with the drain, the pause and the ramp-up between."""
+    a = closed_loop(4, 40)
+    b = closed_loop(4, 40)
+    shift = max(r["end_time"] for r in a) + 5.0
+    for r in b:
+        r["send_time"] += shift
+        r["end_time"] += shift
+        r["chunk_times"] = [t + shift for t in r["chunk_times"]]
+    for r in a:
+        r["window"] = "code"
+    for r in b:
+        r["window"] = "chat"
+    out = M.summarize(a + b, concurrency=4)
+    assert out["window"] == "steady" and len(out["steady"]["spans"]) == 2
+    alone = M.summarize(a, concurrency=4)
+    assert out["output_throughput"] == pytest.approx(alone["output_throughput"])  # the same loop twice
+    assert [len(run) for run in M.closed_runs(a + b)] == [40, 40]
