@@ -12,6 +12,8 @@ data" with the number of starts it needs, instead of a "no change" that no data 
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from dataclasses import dataclass, replace
 
@@ -40,12 +42,23 @@ class Comparison:
     verdict: str = "insufficient data"
 
 
+def resamples(alpha: float) -> int:
+    """Arrangements a permutation test draws when it cannot enumerate them all: enough that its smallest p,
+    2 / (R + 1), is a tenth of the level it must reach (20,000 at least). With fewer, a level below 2 / (R + 1)
+    could never be reached, yet the exact count of arrangements would say it can (min_p_value)."""
+    return max(20_000, math.ceil(20 / alpha))
+
+
+def arrangements(n_base: int, n_cand: int, paired: bool = False) -> int:
+    """How many relabellings (unpaired) or sign flips (paired, n rounds) an exact test enumerates."""
+    return 2 ** min(n_base, n_cand) if paired else math.comb(n_base + n_cand, n_base)
+
+
 def min_p_value(n_base: int, n_cand: int, paired: bool = False) -> float:
     """The smallest two-sided p an exact permutation test can give with these sample sizes: 2 / C(n+m, n)
-    relabellings unpaired; 2 / 2^n sign flips paired (n rounds)."""
-    if paired:
-        return min(1.0, 2.0 / 2.0 ** min(n_base, n_cand))
-    return min(1.0, 2.0 / math.comb(n_base + n_cand, n_base))
+    relabellings unpaired; 2 / 2^n sign flips paired (n rounds). Beyond resamples(alpha) arrangements the test
+    samples them, and its smallest p is 2 / (resamples + 1), still below alpha by construction."""
+    return min(1.0, 2.0 / arrangements(n_base, n_cand, paired))
 
 
 def starts_needed(alpha: float, paired: bool = False) -> int:
@@ -56,31 +69,107 @@ def starts_needed(alpha: float, paired: bool = False) -> int:
     return n
 
 
+MDE_DRAWS = 1000  # Monte Carlo draws behind a detectable effect (fixed seed: the same design gives the same figure)
+MDE_ARRANGEMENTS = 400_000  # at most this many arrangements per draw (sampled beyond, as the test samples them)
+
+
+@functools.lru_cache(maxsize=256)
+def unit_detectable_effect(n_base: int, n_cand: int, alpha: float, paired: bool = False) -> float | None:
+    """The shift, in standard deviations of one server start (paired: of one round difference), that the
+    permutation test of compare_servers / compare_paired detects with probability POWER at two-sided level alpha,
+    with normal noise; None when the design cannot reach alpha. Computed from the test itself, not a t
+    approximation: at the small samples and levels of a gated family the permutation distribution is coarse (11
+    paired rounds at alpha 0.00125 reject only when all 11 differences share a sign) and a t approximation
+    overstates the power (docs/verdicts.md).
+
+    For one noise draw, each arrangement a's statistic moves with the shift delta as T_a + delta w_a (w_a: the share
+    of the real candidates it keeps on the candidate side, less that on the baseline side; 1 for the observed
+    arrangement), so it stops counting against the observed one beyond delta_a = (T_a - T_obs) / (1 - w_a). The
+    test rejects once fewer than alpha N / 2 arrangements still count; the smallest such shift per draw, at its
+    POWER quantile over the draws, is the detectable effect."""
+    n_arr = arrangements(n_base, n_cand, paired)
+    total = min(n_arr, resamples(alpha), MDE_ARRANGEMENTS)
+    allowed = math.ceil(alpha * total / 2) - 1  # arrangements at or beyond the observed one, identity included
+    if allowed < 1 or min_p_value(n_base, n_cand, paired) >= alpha:
+        return None
+    rng = np.random.default_rng(12345)
+    weights = _arrangement_weights(n_base, n_cand, paired, total, rng)  # (values, arrangements)
+    size = n_base if paired else n_base + n_cand
+    moved = np.ones(size) if paired else np.r_[np.zeros(n_base), np.ones(n_cand)]  # the values the shift moves
+    shift = moved @ weights  # w_a; 1 for the observed arrangement
+    thresholds = []
+    for chunk in np.array_split(rng.standard_normal((MDE_DRAWS, size)), max(1, MDE_DRAWS * total // 20_000_000)):
+        stat = chunk @ weights  # (draws, arrangements)
+        gap = (stat[:, 1:] - stat[:, :1]) / np.maximum(1.0 - shift[1:], 1e-12)
+        gap = np.where(shift[1:] < 1.0 - 1e-12, gap, np.inf)  # an arrangement identical to the observed one counts
+        k = allowed - 1  # the observed arrangement counts; this many others may
+        kth = -np.partition(-gap, k, axis=1)[:, k] if k < gap.shape[1] else np.zeros(len(gap))
+        thresholds.append(np.maximum(kth, 0.0))
+    return float(np.quantile(np.concatenate(thresholds), POWER))
+
+
+def _arrangement_weights(n_base: int, n_cand: int, paired: bool, total: int, rng) -> np.ndarray:
+    """Per arrangement (columns, the observed one first), the weights that give its statistic from the values:
+    paired, a sign vector / n (mean of the flipped differences); unpaired, +1/n_cand on the values it puts on the
+    candidate side and -1/n_base on the others (candidate mean less baseline mean), baseline values first."""
+    if paired:
+        n = n_base
+        if 2**n <= total:
+            signs = 1 - 2 * ((np.arange(2**n)[None, :] >> np.arange(n)[:, None]) & 1)
+        else:
+            signs = np.concatenate([np.ones((n, 1)), rng.choice([-1.0, 1.0], size=(n, total - 1))], axis=1)
+        return signs / n
+    size = n_base + n_cand
+    if math.comb(size, n_cand) <= total:
+        sides = np.zeros((size, math.comb(size, n_cand)), bool)
+        for col, chosen in enumerate(itertools.combinations(range(size - 1, -1, -1), n_cand)):
+            sides[list(chosen), col] = True  # the first combination is the last n_cand values: the observed one
+    else:
+        sides = np.zeros((size, total), bool)
+        sides[n_base:, 0] = True
+        for col in range(1, total):
+            sides[rng.permutation(size)[:n_cand], col] = True
+    return np.where(sides, 1.0 / n_cand, -1.0 / n_base)
+
+
 def min_detectable_effect(
     sd_base: float, sd_cand: float, n_base: int, n_cand: int, mean_base: float, alpha: float
 ) -> float | None:
-    """Relative change a two-sample t-test finds with probability POWER (Welch-like standard error)."""
+    """Relative change the unpaired permutation test finds with probability POWER (unit_detectable_effect at the
+    two sides' pooled standard deviation)."""
     if n_base < 2 or n_cand < 2 or not mean_base:
         return None
-    df = n_base + n_cand - 2
-    t = stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(POWER, df)
-    return float(t * math.sqrt(sd_base**2 / n_base + sd_cand**2 / n_cand) / abs(mean_base))
+    unit = unit_detectable_effect(n_base, n_cand, alpha)
+    if unit is None:
+        return None
+    return float(unit * math.sqrt((sd_base**2 + sd_cand**2) / 2) / abs(mean_base))
 
 
 def paired_detectable_effect(sd_diff: float, n: int, mean_base: float, alpha: float) -> float | None:
-    """Relative change a paired t-test over n rounds finds with probability POWER (sd of the round differences)."""
+    """Relative change the sign-flip test over n rounds finds with probability POWER (sd of the round differences)."""
     if n < 2 or not mean_base:
         return None
-    t = stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(POWER, n - 1)
-    return float(t * sd_diff / math.sqrt(n) / abs(mean_base))
+    unit = unit_detectable_effect(n, n, alpha, paired=True)
+    return None if unit is None else float(unit * sd_diff / abs(mean_base))
+
+
+def t_detectable_effect(cv: float, n: int, alpha: float) -> float:
+    """The two-sample t approximation of min_detectable_effect (equal sides): cheap, for a first guess only."""
+    df = 2 * n - 2
+    return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(POWER, df)) * cv * math.sqrt(2 / n))
 
 
 def starts_to_detect(effect: float, cv: float, alpha: float, limit: int = 1000) -> int | None:
-    """Server starts per side to detect `effect` (relative) at between-server CV `cv`; None beyond `limit`."""
-    for n in range(starts_needed(alpha), limit + 1):
+    """Server starts per side to detect `effect` (relative) at between-server CV `cv`; None beyond `limit`. The t
+    approximation finds where to start looking; the permutation test's own detectable effect decides."""
+    n = starts_needed(alpha)
+    while n <= limit and t_detectable_effect(cv, n, alpha) > effect:
+        n += 1
+    while n <= limit:
         mde = min_detectable_effect(cv, cv, n, n, 1.0, alpha)
         if mde is not None and mde <= effect:
             return n
+        n += 1
     return None
 
 
@@ -153,7 +242,8 @@ def compare_servers(
         _diff_of_means,
         permutation_type="independent",
         vectorized=True,
-        n_resamples=20000,
+        n_resamples=resamples(alpha),
+        batch=50_000,
         alternative="two-sided",
         rng=np.random.default_rng(seed),
     )
@@ -217,8 +307,9 @@ def compare_paired(
         (d,),
         np.mean,
         permutation_type="samples",
-        vectorized=False,
-        n_resamples=2**14,
+        vectorized=True,
+        n_resamples=resamples(alpha),
+        batch=50_000,
         alternative="two-sided",
         rng=np.random.default_rng(seed),
     )

@@ -17,7 +17,7 @@ simulates `ab --max-rounds`: a look after each round from --starts on at its O'B
 
 Prints one JSON document: the false-gate rate in A/A (any gated test "slower"), the inconclusive rate, the
 detectable effect `ab` prints for this design, and the power at it (one point's two metrics regressed by that much,
-the others unchanged), each with a 95% Wilson interval.
+the others unchanged), each with a 95% Wilson interval. A start's throughput and TPOT move together (draw).
 """
 
 from __future__ import annotations
@@ -48,18 +48,19 @@ def wilson(k: int, n: int) -> list[float]:
 
 def draw(rng, points: int, rounds: int, cv: float, round_cv: float, effect: float):
     """Per point, (baseline starts, candidate starts) over `rounds` rounds: point 0's throughput lower and TPOT
-    higher by `effect`, every other point unchanged. Each start is one trial drawn at the between-start CV `cv`;
-    with `round_cv` > 0 both sides of a round also share a drift of that CV (the machine state a round shares,
-    what pairing removes)."""
+    higher by `effect`, every other point unchanged. Each start is one trial whose speed is drawn at the
+    between-start CV `cv`; its throughput scales with that speed and its TPOT with the inverse, as one server's
+    two figures do (drawn apart, the two gated tests of a point would be two independent chances to catch a
+    change, and the gate's power would read higher than either test's). With `round_cv` > 0 both sides of a round
+    also share a drift of that CV (the machine state a round shares, what pairing removes)."""
 
     def side(scale_tp: float, scale_tpot: float, drift: np.ndarray) -> list[dict[str, list[float]]]:
-        tp = rng.normal(scale_tp, cv * scale_tp, rounds) * (1 + drift[0])
-        tpot = rng.normal(scale_tpot, cv * scale_tpot, rounds) * (1 + drift[1])
-        return [{"output_throughput": [a], "tpot_ms": [b]} for a, b in zip(tp, tpot)]
+        speed = rng.normal(1.0, cv, rounds) * (1 + drift)
+        return [{"output_throughput": [scale_tp * f], "tpot_ms": [scale_tpot / f]} for f in speed]
 
     out = []
     for p in range(points):
-        drift = rng.normal(0.0, round_cv, (2, rounds)) if round_cv else np.zeros((2, rounds))
+        drift = rng.normal(0.0, round_cv, rounds) if round_cv else np.zeros(rounds)
         change = (1 - effect, 1 + effect) if p == 0 else (1.0, 1.0)
         out.append((f"p{p}", f"p{p}", side(1.0, 1.0, drift), side(*change, drift)))
     return out

@@ -304,3 +304,54 @@ def test_ab_calibrate_stores_the_between_start_noise_and_never_fails_an_a_a(tmp_
     assert 0 < found["max_cv"] < 0.1  # 10 starts of N(1000, 20): a CV near 2%
     noise, why = calibration.planning_noise(entry["profile"], ab.detect_machine(), 0.063, tmp_path / "cache")
     assert noise == pytest.approx(found["max_cv"]) and "this machine's calibration" in why
+
+
+def test_a_level_below_twenty_thousand_resamples_is_reachable():
+    """Beyond 20,000 arrangements the test samples them; its smallest p must still fall below the level it was
+    asked for (before: 2 / 20,001 = 1e-4, so a per-test level of 5e-5 could never be reached, yet the design was
+    accepted and a pass was possible). 10 starts a side and 15 paired rounds (at 1e-4), fully separated."""
+    from bench.stats import compare_paired, compare_servers
+
+    base = [[100.0 + i * 0.1] for i in range(10)]
+    cand = [[80.0 + i * 0.1] for i in range(10)]
+    found = compare_servers(base, cand, True, min_effect=0.02, alpha=5e-5)
+    assert found.p_value < 5e-5 and found.verdict == "slower"
+    base = [[100.0 + (i % 3)] for i in range(15)]
+    cand = [[90.0 + (i % 3) + 0.01 * i] for i in range(15)]
+    found = compare_paired(base, cand, True, min_effect=0.02, alpha=1e-4)
+    assert found.p_value < 1e-4 and found.verdict == "slower"  # exact: 2 / 2^15; sampled at 2^14: 1.2e-4
+
+
+def test_detectable_effect_is_the_permutation_tests_own():
+    """11 paired rounds at 0.00125: the sign-flip test rejects only when all 11 differences share a sign, so its
+    80%-power shift is Phi^-1(0.8^(1/11)) = 2.05 standard deviations of a round difference; a paired t
+    approximation says 1.56 and overstated the power (65% at its effect)."""
+    from scipy.stats import norm
+
+    from bench.stats import unit_detectable_effect
+
+    assert unit_detectable_effect(11, 11, 0.00125, paired=True) == pytest.approx(norm.ppf(0.8 ** (1 / 11)), rel=0.05)
+    assert unit_detectable_effect(10, 10, 0.00125, paired=True) is None  # 2 / 1024 cannot reach it
+
+
+def test_power_at_the_printed_detectable_effect_is_eighty_percent():
+    """The real tests, run at the effect they print: 7 starts a side unpaired and 11 paired rounds at the level of
+    40 Holm-gated tests reject in about 80% of 300 draws (the Wilson 95% interval of 80% at 300 is 75-84%)."""
+    from bench.stats import compare_paired, compare_servers, min_detectable_effect, paired_detectable_effect
+
+    level, rng = 0.05 / 40, np.random.default_rng(7)
+    effect = min_detectable_effect(0.05, 0.05, 7, 7, 1.0, level)
+    hits = 0
+    for _ in range(300):
+        b = rng.normal(1.0, 0.05, 7)
+        c = rng.normal(1.0 - effect, 0.05, 7)
+        found = compare_servers([[x] for x in b], [[x] for x in c], True, min_effect=0.0, alpha=level)
+        hits += found.verdict == "slower"
+    assert 0.72 <= hits / 300 <= 0.88
+    effect = paired_detectable_effect(0.05, 11, 1.0, level)
+    hits = 0
+    for _ in range(300):
+        d = rng.normal(-effect, 0.05, 11)
+        found = compare_paired([[1.0]] * 11, [[1.0 + x] for x in d], True, min_effect=0.0, alpha=level)
+        hits += found.verdict == "slower"
+    assert 0.72 <= hits / 300 <= 0.88
