@@ -10,6 +10,7 @@ latencies each trial's median over its requests; the start's value is the mean o
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,15 +157,15 @@ def judge(
     }
 
 
+ROUND_NAME = re.compile(r"round-(\d+)")
+
+
 def pair_rounds(base: PointSide, cand: PointSide) -> tuple[list[dict], list[dict]]:
-    """The starts of both sides in the order of the rounds both ran ok (`bench ab`'s round-N folders); a round one
-    side lacks is left out. Without common round names, pairing is refused."""
-    common = sorted(set(base.rounds) & set(cand.rounds), key=lambda r: (len(r), r))
-    if not common:
-        raise BenchError(
-            f"{base.label}: --paired needs the rounds of `bench ab` on both sides (folders round-N with the same "
-            "names); these results have none in common"
-        )
+    """The starts of both sides in the order of the rounds both ran ok (`bench ab`'s round-N folders; other folder
+    names are not rounds and never pair); a round one side lacks is left out, and a point with no round on both
+    sides has no pairs (insufficient data, so the comparison is inconclusive, not aborted)."""
+    rounds = {r: int(m.group(1)) for r in set(base.rounds) & set(cand.rounds) if (m := ROUND_NAME.fullmatch(r))}
+    common = sorted(rounds, key=rounds.__getitem__)
     b, c = dict(zip(base.rounds, base.servers)), dict(zip(cand.rounds, cand.servers))
     return [b[r] for r in common], [c[r] for r in common]
 
@@ -178,6 +179,11 @@ def compare_dirs(baseline: Path, candidate: Path, **options) -> dict:
     ]
     if options.get("paired"):
         sides = {p: pair_rounds(base[p], cand[p]) for p in matched}
+        if matched and not any(b for b, _ in sides.values()):
+            raise BenchError(
+                "--paired needs the rounds of `bench ab` on both sides (folders round-N with the same names); "
+                "these results have none in common"
+            )
     else:
         sides = {p: (base[p].servers, cand[p].servers) for p in matched}
     result = judge([(p, base[p].label, *sides[p]) for p in matched], **options)

@@ -154,6 +154,28 @@ def test_pairing_needs_rounds_both_sides_ran(tmp_path, rng):
         compare_dirs(base, tmp_path / "b", paired=True)
 
 
+def test_only_round_folders_pair_and_a_point_without_common_rounds_is_inconclusive(tmp_path, rng):
+    """Folders that merely share a name are not rounds of one `ab`: they never pair. A point that has no round on
+    both sides (it ran only in rounds the other side lost) is insufficient data, so the comparison ends
+    inconclusive (6) instead of aborting with a user error."""
+    from bench.errors import BenchError
+
+    for name in ("start-a", "start-b", "start-c"):
+        write_start(tmp_path / "a" / name, [1000.0], 10.0, rng)
+        write_start(tmp_path / "b" / name, [900.0], 10.0, rng)
+    with pytest.raises(BenchError, match="--paired needs the rounds"):
+        compare_dirs(tmp_path / "a", tmp_path / "b", paired=True)
+    base = side(tmp_path / "c", [1000.0] * 12, 10.0, rng)
+    cand = side(tmp_path / "d", [1000.0] * 12, 10.0, rng)
+    for r in range(6):  # point p2 ran in the baseline's rounds 0-5 and the candidate's 6-11 only
+        write_start(tmp_path / "c" / f"round-{r}", [1000.0], 10.0, rng, point_id="p2")
+        write_start(tmp_path / "d" / f"round-{r + 6}", [1000.0], 10.0, rng, point_id="p2")
+    result = compare_dirs(base, cand, paired=True, correction="none")
+    p2 = result["table"][result["table"].point_id == "p2"]
+    assert len(p2) and (p2.verdict == "insufficient data").all()
+    assert outcome(result)[0] == ExitCode.INCONCLUSIVE
+
+
 # --- sequential rounds -------------------------------------------------------------------------------------------
 
 
