@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.dcp_comm import NVLINK_8X_H200, Mla, kv_capacity, step_comm
+from bench.dcp_comm import NVLINK_8X_H200, Backend, Mla, kv_capacity, step_comm
 
 COLUMNS = {
     "load": ("shape", None),
@@ -20,14 +20,29 @@ COLUMNS = {
     "step_p50_ms": ("step p50 ms (measured)", 2),
     "comm_ms": ("comm ms/step (modelled)", 3),
     "verify_path": ("verify path", None),
+    "context_chunks": ("context gathers/layer", 0),
     "step_with_comm_ms": ("step + comm ms", 2),
     "throughput_with_comm": ("tok/s with comm (modelled)", 1),
     "kv_cache_tokens": ("KV tokens (group)", 0),
     "largest_batch": ("largest batch at shape", 0),
 }
-# Backends whose DCP metadata takes varlen decode queries in vLLM 0.26.0 (the k + 1 verify tokens then stay on the
-# decode path); every other one gets reorder_batch_threshold 1 under DCP (bench.dcp_comm).
-VARLEN_DCP = {"FLASH_ATTN_MLA"}
+
+
+def _known(value) -> str | None:
+    return None if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
+
+
+def _backends(r) -> tuple[Backend, Backend]:
+    """The target's and the draft's backends as they ran (as asked where the run did not say), with their KV dtypes:
+    a draft KV of "auto" is the target's."""
+    target_kv = _known(getattr(r, "kv_cache_dtype_ran", None))
+    draft_kv = _known(getattr(r, "draft_kv_cache_dtype", None))
+    draft_kv = target_kv if draft_kv in (None, "auto") else draft_kv
+    target_name = _known(getattr(r, "target_attention_backend_ran", None))
+    draft_name = _known(getattr(r, "draft_attention_backend_ran", None)) or _known(
+        getattr(r, "draft_attention_backend", None)
+    )
+    return Backend.of(target_name, target_kv), Backend.of(draft_name or target_name, draft_kv)
 
 
 def dcp_rows(points: pd.DataFrame, models: dict[str, tuple[dict | None, dict | None]]) -> pd.DataFrame:
@@ -50,7 +65,9 @@ def dcp_rows(points: pd.DataFrame, models: dict[str, tuple[dict | None, dict | N
                 batch=int(r.concurrency),
                 k=k,
                 context=int(r.input_len) + int(r.output_len) // 2,  # the mean context over a request's decode
-                varlen_dcp=getattr(r, "target_attention_backend_ran", None) in VARLEN_DCP,
+                target_backend=_backends(r)[0],
+                draft_backend=_backends(r)[1],
+                workspace=int(r.mla_prefill_workspace) if pd.notna(getattr(r, "mla_prefill_workspace", None)) else None,
             )
         comm_ms = comm.total_s * 1e3 if comm else None
         step = r.step_p50_ms if pd.notna(r.step_p50_ms) else None
@@ -72,6 +89,7 @@ def dcp_rows(points: pd.DataFrame, models: dict[str, tuple[dict | None, dict | N
                 "step_p50_ms": step,
                 "comm_ms": comm_ms,
                 "verify_path": comm.verify_path if comm and comm.dcp > 1 else None,
+                "context_chunks": comm.context_chunks if comm and comm.dcp > 1 else None,
                 "step_with_comm_ms": step + comm_ms if step is not None and comm_ms is not None else None,
                 # the measured tok/s slowed by the modelled communication: each step takes step + comm instead
                 "throughput_with_comm": r.output_throughput * step / (step + comm_ms)
@@ -92,7 +110,9 @@ NOTE = (
     "step / (step + comm): what the deployment would serve if the communication added to every step and overlapped "
     "nothing. `verify path` prefill-context: vLLM 0.26.0 sends the "
     "k + 1 verify tokens of a backend without DCP varlen support through the prefill path, which all-gathers the "
-    "whole context in every layer. KV tokens: vLLM's 'GPU KV cache size' (the DCP group's tokens); largest batch: "
+    "whole context in every layer, in `context gathers/layer` pieces (vLLM's chunked-prefill workspace shared among "
+    "the batch's requests; each piece pays the latency); the draft's first pass (k + 1 tokens on the target's "
+    "metadata) gathers it too in its own layer. With an fp8 KV cache the query is gathered in fp8. KV tokens: vLLM's 'GPU KV cache size' (the DCP group's tokens); largest batch: "
     "that over input + output tokens."
 )
 

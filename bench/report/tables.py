@@ -7,7 +7,18 @@ from pathlib import Path
 import pandas as pd
 
 from bench import axes as server_axes
-from bench.records import Effective, Metrics, PointRecord, Precision, Served, SpecDecode, Steady, Summary
+from bench.dcp_comm import chunked_prefill_workspace
+from bench.records import (
+    Effective,
+    EngineSettings,
+    Metrics,
+    PointRecord,
+    Precision,
+    Served,
+    SpecDecode,
+    Steady,
+    Summary,
+)
 from bench.store import SweepStore
 
 POINT_COLUMNS = [
@@ -60,6 +71,7 @@ POINT_COLUMNS = [
     "kv_cache_dtype_ran",
     "cudagraph_mode",
     "kv_cache_tokens",  # vLLM's "GPU KV cache size" (under DCP N: the group's tokens, N x the rank's local slots)
+    "mla_prefill_workspace",  # rows of vLLM's MLA chunked-prefill workspace (bench.dcp_comm), None when unknown
     "mismatch",
     "detail",
     "workload",  # None for the default workload (random ids at fixed concurrency); else `<id> <sampling>`
@@ -78,6 +90,16 @@ def _client_against_vllm(served: Served | None) -> dict:
             s.ttft_ms_client - s.ttft_ms_vllm if s.ttft_ms_client is not None and s.ttft_ms_vllm is not None else None
         ),
     }
+
+
+def _workspace(eng: EngineSettings, e: Effective) -> int | None:
+    """vLLM's MLA chunked-prefill workspace from the server's max_model_len, max_num_seqs and the block size it ran
+    with (configured, else unknown: vLLM's defaults depend on the model and the platform)."""
+    settings = {**eng.server, **eng.axes}
+    block = e.block_size or settings.get("block_size")
+    if not (settings.get("max_model_len") and settings.get("max_num_seqs") and block):
+        return None
+    return chunked_prefill_workspace(int(settings["max_model_len"]), int(settings["max_num_seqs"]), int(block))
 
 
 def point_row(p: PointRecord) -> dict:
@@ -142,6 +164,7 @@ def point_row(p: PointRecord) -> dict:
         "kv_cache_dtype_ran": e.kv_cache_dtype,
         "cudagraph_mode": e.cudagraph_mode,
         "kv_cache_tokens": e.kv_cache_tokens,
+        "mla_prefill_workspace": _workspace(eng, e),
         "mismatch": "; ".join(p.mismatch) or None,
         "detail": p.detail,
         **_workload_columns(p),

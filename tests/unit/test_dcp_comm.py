@@ -4,9 +4,12 @@ import pytest
 
 from bench.dcp_comm import (
     NVLINK_8X_H200,
+    Backend,
     Link,
     Mla,
+    chunked_prefill_workspace,
     collective_s,
+    context_chunks,
     context_layer_bytes,
     decode_layer_bytes,
     kv_capacity,
@@ -42,15 +45,48 @@ def test_prefill_context_path_gathers_the_whole_context_every_layer():
 
 
 def test_decode_path_with_a_draft():
-    c = step_comm(RANK, DRAFT, dcp=4, batch=2, k=3, context=1024, varlen_dcp=True, link=LINK)
-    assert c.verify_path == "decode"
+    """A varlen-DCP backend: the target verifies k + 1 = 4 tokens per request on the decode path; the draft's first
+    pass takes the same 8 tokens (the target's metadata), its k - 1 = 2 further passes one token per request."""
+    varlen = Backend(varlen_dcp=True)
+    c = step_comm(RANK, DRAFT, dcp=4, batch=2, k=3, context=1024, target_backend=varlen, link=LINK)
+    assert c.verify_path == "decode" and c.context_chunks == 0
     target = 61 * sum(collective_s(b, 4, LINK) for b in decode_layer_bytes(RANK, 8, 4).values())
-    draft = 3 * sum(collective_s(b, 4, LINK) for b in decode_layer_bytes(DRAFT, 2, 4).values())
-    assert c.target_s == pytest.approx(target) and c.draft_s == pytest.approx(draft)
-    assert c.total_s == pytest.approx(target + draft)
-    assert c.to_dict()["total_ms"] == pytest.approx((target + draft) * 1e3)
+    first = sum(collective_s(b, 4, LINK) for b in decode_layer_bytes(DRAFT, 8, 4).values())
+    later = 2 * sum(collective_s(b, 4, LINK) for b in decode_layer_bytes(DRAFT, 2, 4).values())
+    assert c.target_s == pytest.approx(target) and c.draft_s == pytest.approx(first + later)
+    assert c.total_s == pytest.approx(target + first + later)
+    assert c.to_dict()["total_ms"] == pytest.approx((target + first + later) * 1e3)
     # latency-bound: 61 x 3 collectives of 10 us dominate the few kilobytes
     assert c.target_s == pytest.approx(61 * 3 * 10e-6, rel=0.05)
+
+
+def test_the_workspace_chunks_the_context_gather_and_the_drafts_first_pass_gathers_too():
+    """The Kimi DCP profile (max_model_len 9216, max_num_seqs 8, block 64): a 64Ki-token workspace, 8,192 tokens per
+    request at batch 8, so a context of 8,320 takes two all-gathers per layer (two latencies); at batch 1 one. Without
+    varlen DCP the draft's first pass (k + 1 tokens) gathers the context in its layer; its other k - 1 decode."""
+    workspace = chunked_prefill_workspace(9216, 8, 64)
+    assert workspace == 65536 and chunked_prefill_workspace(1024, 256, 16) == 16384  # 4 pages x 256
+    assert context_chunks(8320, 8, workspace) == 2 and context_chunks(8320, 1, workspace) == 1
+    assert context_chunks(8320, 8, None) == 1
+    c = step_comm(RANK, DRAFT, dcp=8, batch=8, k=3, context=8320, workspace=workspace, link=LINK)
+    nbytes = context_layer_bytes(RANK, 8 * 8320)
+    assert c.verify_path == "prefill-context" and c.context_chunks == 2
+    assert c.target_s == pytest.approx(61 * (2 * 10e-6 + nbytes * 7 / 8 / 400e9))
+    first = 2 * 10e-6 + context_layer_bytes(DRAFT, 8 * 8320) * 7 / 8 / 400e9
+    later = 2 * sum(collective_s(b, 8, LINK) for b in decode_layer_bytes(DRAFT, 8, 8).values())
+    assert c.draft_s == pytest.approx(first + later)
+
+
+def test_an_fp8_cache_gathers_the_query_in_fp8_and_triton_returns_a_bf16_lse():
+    assert Backend.of("FLASHMLA", "fp8") == Backend(varlen_dcp=False, query_bytes=1, lse_bytes=4)
+    assert Backend.of("TRITON_MLA", "auto") == Backend(varlen_dcp=False, query_bytes=2, lse_bytes=2)
+    assert Backend.of("flash_attn_mla", None).varlen_dcp and Backend.of("TOKENSPEED_MLA", None).varlen_dcp
+    fp8, bf16 = (decode_layer_bytes(RANK, 4, 4, Backend.of("FLASHMLA", kv)) for kv in ("fp8", "auto"))
+    assert fp8["query_all_gather"] * 2 == bf16["query_all_gather"]
+    assert (
+        fp8["lse_all_gather"] == bf16["lse_all_gather"]
+        and fp8["output_reduce_scatter"] == bf16["output_reduce_scatter"]
+    )
 
 
 def test_no_dcp_no_communication():
