@@ -42,11 +42,14 @@ class Comparison:
     verdict: str = "insufficient data"
 
 
+ARRANGEMENT_CAP = 500_000  # at most this many arrangements per test (sampled beyond): ~80 MB of weights at 20 values
+
+
 def resamples(alpha: float) -> int:
     """Arrangements a permutation test draws when it cannot enumerate them all: enough that its smallest p,
-    2 / (R + 1), is a tenth of the level it must reach (20,000 at least). With fewer, a level below 2 / (R + 1)
-    could never be reached, yet the exact count of arrangements would say it can (min_p_value)."""
-    return max(20_000, math.ceil(20 / alpha))
+    2 / (R + 1), is a tenth of the level it must reach (20,000 at least, ARRANGEMENT_CAP at most). With fewer, a
+    level below 2 / (R + 1) could never be reached, yet the exact count of arrangements would say it can."""
+    return min(ARRANGEMENT_CAP, max(20_000, math.ceil(20 / alpha)))
 
 
 def arrangements(n_base: int, n_cand: int, paired: bool = False) -> int:
@@ -55,10 +58,10 @@ def arrangements(n_base: int, n_cand: int, paired: bool = False) -> int:
 
 
 def min_p_value(n_base: int, n_cand: int, paired: bool = False) -> float:
-    """The smallest two-sided p an exact permutation test can give with these sample sizes: 2 / C(n+m, n)
-    relabellings unpaired; 2 / 2^n sign flips paired (n rounds). Beyond resamples(alpha) arrangements the test
-    samples them, and its smallest p is 2 / (resamples + 1), still below alpha by construction."""
-    return min(1.0, 2.0 / arrangements(n_base, n_cand, paired))
+    """The smallest two-sided p the permutation test (permutation_p) can give with these sample sizes: 2 / C(n+m, n)
+    relabellings unpaired; 2 / 2^n sign flips paired (n rounds); 2 / (ARRANGEMENT_CAP + 1) beyond the cap, where it
+    samples them."""
+    return min(1.0, 2.0 / min(arrangements(n_base, n_cand, paired), ARRANGEMENT_CAP + 1))
 
 
 def starts_needed(alpha: float, paired: bool = False) -> int:
@@ -70,7 +73,6 @@ def starts_needed(alpha: float, paired: bool = False) -> int:
 
 
 MDE_DRAWS = 1000  # Monte Carlo draws behind a detectable effect (fixed seed: the same design gives the same figure)
-MDE_ARRANGEMENTS = 400_000  # at most this many arrangements per draw (sampled beyond, as the test samples them)
 
 
 @functools.lru_cache(maxsize=256)
@@ -87,13 +89,12 @@ def unit_detectable_effect(n_base: int, n_cand: int, alpha: float, paired: bool 
     arrangement), so it stops counting against the observed one beyond delta_a = (T_a - T_obs) / (1 - w_a). The
     test rejects once fewer than alpha N / 2 arrangements still count; the smallest such shift per draw, at its
     POWER quantile over the draws, is the detectable effect."""
-    n_arr = arrangements(n_base, n_cand, paired)
-    total = min(n_arr, resamples(alpha), MDE_ARRANGEMENTS)
+    total = test_arrangements(n_base, n_cand, paired, alpha)
     allowed = math.ceil(alpha * total / 2) - 1  # arrangements at or beyond the observed one, identity included
     if allowed < 1 or min_p_value(n_base, n_cand, paired) >= alpha:
         return None
     rng = np.random.default_rng(12345)
-    weights = _arrangement_weights(n_base, n_cand, paired, total, rng)  # (values, arrangements)
+    weights = arrangement_weights(n_base, n_cand, paired, total)  # (values, arrangements)
     size = n_base if paired else n_base + n_cand
     moved = np.ones(size) if paired else np.r_[np.zeros(n_base), np.ones(n_cand)]  # the values the shift moves
     shift = moved @ weights  # w_a; 1 for the observed arrangement
@@ -108,10 +109,19 @@ def unit_detectable_effect(n_base: int, n_cand: int, alpha: float, paired: bool 
     return float(np.quantile(np.concatenate(thresholds), POWER))
 
 
-def _arrangement_weights(n_base: int, n_cand: int, paired: bool, total: int, rng) -> np.ndarray:
+def test_arrangements(n_base: int, n_cand: int, paired: bool, alpha: float) -> int:
+    """How many arrangements the test at level alpha compares against: all of them, or resamples(alpha)."""
+    return min(arrangements(n_base, n_cand, paired), resamples(alpha))
+
+
+@functools.lru_cache(maxsize=4)
+def arrangement_weights(n_base: int, n_cand: int, paired: bool, total: int) -> np.ndarray:
     """Per arrangement (columns, the observed one first), the weights that give its statistic from the values:
-    paired, a sign vector / n (mean of the flipped differences); unpaired, +1/n_cand on the values it puts on the
-    candidate side and -1/n_base on the others (candidate mean less baseline mean), baseline values first."""
+    paired, a sign vector / n (mean of the flipped round differences); unpaired, +1/n_cand on the values it puts on
+    the candidate side and -1/n_base on the others (candidate mean less baseline mean; baseline values first). All
+    arrangements when there are at most `total`, else the observed one and `total` - 1 drawn at random (fixed seed:
+    a comparison gives the same p every time)."""
+    rng = np.random.default_rng(20261205)
     if paired:
         n = n_base
         if 2**n <= total:
@@ -127,9 +137,23 @@ def _arrangement_weights(n_base: int, n_cand: int, paired: bool, total: int, rng
     else:
         sides = np.zeros((size, total), bool)
         sides[n_base:, 0] = True
-        for col in range(1, total):
-            sides[rng.permutation(size)[:n_cand], col] = True
+        picked = np.argpartition(rng.random((total - 1, size)), n_cand, axis=1)[:, :n_cand]
+        sides[picked.T, np.arange(1, total)[None, :]] = True
     return np.where(sides, 1.0 / n_cand, -1.0 / n_base)
+
+
+def permutation_p(values: np.ndarray, n_base: int, n_cand: int, alpha: float, paired: bool = False) -> float:
+    """Two-sided p of a permutation test, scipy.stats.permutation_test's definition (2 x the smaller tail, each tail
+    counting the observed arrangement; sampled: (count + 1) / (R + 1)): unpaired, of the difference of means over the
+    relabellings of `values` (baseline then candidate); paired, of the mean of the round differences `values` over
+    sign flips. The same arrangements the detectable effect is computed from (unit_detectable_effect)."""
+    total = test_arrangements(n_base, n_cand, paired, alpha)
+    null = np.asarray(values, float) @ arrangement_weights(n_base, n_cand, paired, total)
+    observed = null[0]
+    gamma = abs(observed) * np.finfo(float).eps * 100  # scipy's tolerance for ties
+    less = np.count_nonzero(null <= observed + gamma) / total
+    greater = np.count_nonzero(null >= observed - gamma) / total
+    return float(min(1.0, 2 * min(less, greater)))
 
 
 def min_detectable_effect(
@@ -237,17 +261,8 @@ def compare_servers(
         confidence_level=1 - alpha,
         rng=np.random.default_rng(seed),
     )
-    perm = stats.permutation_test(
-        (b, c),
-        _diff_of_means,
-        permutation_type="independent",
-        vectorized=True,
-        n_resamples=resamples(alpha),
-        batch=50_000,
-        alternative="two-sided",
-        rng=np.random.default_rng(seed),
-    )
-    lo, hi, p = float(ci.confidence_interval.low), float(ci.confidence_interval.high), float(perm.pvalue)
+    p = permutation_p(np.r_[b, c], len(b), len(c), alpha)
+    lo, hi = float(ci.confidence_interval.low), float(ci.confidence_interval.high)
     return replace(
         out, ci_low=lo, ci_high=hi, p_value=p, verdict=decide(ratio, lo, hi, p, higher_better, alpha, min_effect)
     )
@@ -263,7 +278,7 @@ def compare_paired(
     seed: int = 0,
 ) -> Comparison:
     """Paired by round: rounds where either side has no value are dropped; the p of the mean round difference
-    from an exact (or, beyond 2^14 flips, sampled) sign-flip permutation test; the interval of the ratio of means
+    from an exact (or, beyond resamples(alpha) flips, sampled) sign-flip permutation test (permutation_p); the interval of the ratio of means
     from a bootstrap over rounds. The smallest p is 2 / 2^rounds: pairing needs more rounds than the unpaired test
     (docs/verdicts.md)."""
     pairs = [(float(np.mean(x)), float(np.mean(y))) for x, y in zip(base, cand) if x and y]
@@ -303,17 +318,8 @@ def compare_paired(
         confidence_level=1 - alpha,
         rng=np.random.default_rng(seed),
     )
-    perm = stats.permutation_test(
-        (d,),
-        np.mean,
-        permutation_type="samples",
-        vectorized=True,
-        n_resamples=resamples(alpha),
-        batch=50_000,
-        alternative="two-sided",
-        rng=np.random.default_rng(seed),
-    )
-    lo, hi, p = float(ci.confidence_interval.low), float(ci.confidence_interval.high), float(perm.pvalue)
+    p = permutation_p(d, len(d), len(d), alpha, paired=True)
+    lo, hi = float(ci.confidence_interval.low), float(ci.confidence_interval.high)
     return replace(
         out, ci_low=lo, ci_high=hi, p_value=p, verdict=decide(ratio, lo, hi, p, higher_better, alpha, min_effect)
     )

@@ -189,4 +189,4 @@ def test_ab_refuses_a_design_that_cannot_reach_alpha_before_running(tmp_path, ca
     err = capsys.readouterr().err
     assert "cannot reach p < 0.013 (4 gated tests, holm: each at p < 0.013)" in err and not out.exists()
     ok, text = plan_design(5, 0.05, CPU_AA_BETWEEN_CV)
-    assert ok and "cannot detect a 5% change: that needs 27 starts a side" in text
+    assert ok and "cannot detect a 5% change: that needs 26 starts a side" in text
