@@ -35,7 +35,9 @@ from typing import Any
 ENV = "BENCH_DCP_LOOPBACK"  # plugin.ENV_DCP_LOOPBACK
 MARK = "_bench_dcp_loopback"
 logger = logging.getLogger("vllm.bench_profiling.dcp_loopback")  # a child of plugin.LOGGER_NAME
-# Calls of each collective in this process (warm-up and graph capture call Python; graph replays do not).
+# Calls of each collective in this process up to when the engine record is written (after warm-up): warm-up and
+# graph capture call Python, a FULL graph's replay does not, and under PIECEWISE graphs attention (with its
+# collectives) runs eagerly, so the count would go on growing with every step.
 CALLS: collections.Counter[str] = collections.Counter()
 _INSTALLED: dict[str, Any] = {}
 
