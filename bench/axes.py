@@ -2,7 +2,8 @@
 declaration: the profile accepts the axis under `[axes]` and checks its values, the plan crosses it with the other
 axes and hashes it into the engine id (and so the point ids), the launch passes it as a flag, the dry run and the
 engine label name it, the report gives it a column and matches speedup baselines on it, `bench compare` keys on it
-(through the point id), and `bench load --url` checks it against the server.
+(through the point id), and `bench load --url` records it (of the server's settings it can read back, it checks
+max_model_len, from /v1/models; the others are the user's word).
 
 Any other `vllm serve` flag can be swept without a declaration, under `[axes.server]` (vLLM's own name, with
 underscores, values as TOML values): it gets the same treatment, with no value check beyond the type.

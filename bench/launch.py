@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -164,4 +165,4 @@ def _display_models(engine: EngineConfig, flavor: str) -> tuple[str, str]:
 
 
 def _quote(arg: str) -> str:
-    return f"'{arg}'" if any(c in arg for c in ' {}"') else arg
+    return shlex.quote(arg)

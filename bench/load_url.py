@@ -192,7 +192,7 @@ def remote_effective(facts: dict, engine: dict) -> tuple[dict, list[str]]:
         flags.append("num_speculative_tokens: asked 0 (no draft), the server speculates")
     if k and facts["spec_positions"] and facts["spec_positions"] != k:
         flags.append(f"num_speculative_tokens: asked {k}, the server counts {facts['spec_positions']} positions")
-    asked_len = (engine.get("server") or {}).get("max_model_len")
+    asked_len = {**(engine.get("server") or {}), **(engine.get("axes") or {})}.get("max_model_len")
     if asked_len and facts.get("max_model_len") and int(asked_len) != int(facts["max_model_len"]):
         flags.append(f"max_model_len: asked {asked_len}, the server has {facts['max_model_len']}")
     return effective, flags

@@ -290,6 +290,10 @@ class Profile(Strict):
         bad = sorted({k.replace("-", "_") for k in v} & RESERVED_SERVER_ARGS)
         if bad:
             raise ValueError(f"server keys {bad} are set by the suite (use [model] / [axes] instead)")
+        spelled = [k.replace("-", "_") for k in v]
+        twice = sorted({k for k in spelled if spelled.count(k) > 1})
+        if twice:  # max-num-seqs and max_num_seqs are one flag: one value would silently win
+            raise ValueError(f"server keys {twice} are given twice (with dashes and with underscores)")
         return {k.replace("-", "_"): val for k, val in v.items()}
 
     @field_validator("speculative")
@@ -303,10 +307,16 @@ class Profile(Strict):
             "rejection_sample_method",
             "synthetic_acceptance_rates",
             "synthetic_acceptance_length",
+            # the draft's backend and KV dtype: the draft axes write them (legacy or upstream names, --draft-keys)
+            "attention_backend",
+            "kv_cache_dtype",
         }
         bad = sorted(set(v) & owned)
         if bad:
-            raise ValueError(f"speculative keys {bad} come from [model], [axes] or [acceptance]")
+            raise ValueError(
+                f"speculative keys {bad} come from [model], [axes] (draft_attention_backend, draft_kv_cache_dtype) "
+                "or [acceptance]"
+            )
         return v
 
 

@@ -16,6 +16,8 @@ here with its type (optional, with a default, when older records lack it), and r
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -194,6 +196,15 @@ class EngineSettings(Open):
     acceptance: dict[str, Any] = {}
     server: dict[str, Any] = {}
     axes: dict[str, Any] = {}
+    target: str | None = None
+    weights: str | None = None
+
+    def base_id(self) -> str:
+        """What a speculative point's no-speculation baseline must share beyond the axes: the target, its weights
+        and the profile's [server] settings, hashed (a results directory resumed with a changed profile can hold
+        two; bench.report.speedup)."""
+        data = {"target": self.target, "weights": self.weights, "server": self.server}
+        return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
 
     def tensor_parallel_size(self) -> int:
         return int({**self.server, **self.axes}.get("tensor_parallel_size", 1))

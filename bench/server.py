@@ -89,6 +89,8 @@ def server_argv(
             argv.append("--no-" + flag[2:])
         elif value is None:
             continue
+        elif isinstance(value, list) and all(isinstance(x, (str, int, float)) for x in value):
+            argv += [flag, *map(str, value)]  # vLLM's list flags take their values apart (nargs="+")
         else:
             argv += [flag, json.dumps(value) if isinstance(value, (dict, list)) else str(value)]
     return argv

@@ -8,7 +8,8 @@ When the two differ by more than CAUSE_LIMIT, the notes name the measured cause 
 one request in TTFT + (n - 1) x TPOT, so the prefill's share of that cycle moves tok/s but not TPOT.
 
 A point's baseline has the same DCP size (real or emulated), concurrency, input and output lengths and workload
-(a sweep has one target and one set of server arguments; every other engine axis is about the draft). Without
+and the same target, weights and [server] settings (`engine_base`: a results directory resumed with a changed
+profile can hold two); every other engine axis is about the draft. Without
 exactly one ok baseline the ratios are unknown (NaN), never 1. Sweeps without a k = 0 point show no speedup
 columns, so their summaries stay what they were.
 """
@@ -24,6 +25,7 @@ from bench.report.tables import plain_points
 
 # the baseline of a point: the k = 0 point of the same DCP, server axes (bench/axes.py) and load
 BASELINE_KEY = [
+    "engine_base",  # the same target, weights and [server] settings
     "dcp_size",
     "dcp_emulated",
     "server_axes",

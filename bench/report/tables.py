@@ -33,6 +33,7 @@ POINT_COLUMNS = [
     "dcp_loopback",  # True: DCP N as rank 0 of N identical ranks on a loopback group (bench/profiling/dcp_loopback)
     "num_speculative_tokens",
     "server_axes",  # the server axes' part of the engine label (bench/axes.py), None without; each has a column too
+    "engine_base",  # hash of the target, its weights and the [server] settings (EngineSettings.base_id)
     "concurrency",
     "input_len",
     "output_len",
@@ -126,6 +127,7 @@ def point_row(p: PointRecord) -> dict:
         "dcp_loopback": eng.dcp_size > 1 and eng.tensor_parallel_size() == 1,
         "num_speculative_tokens": eng.num_speculative_tokens,
         "server_axes": server_axes.label(sorted(eng.axes.items())) or None,
+        "engine_base": eng.base_id(),
         **{axis_column(k): v for k, v in eng.axes.items()},
         "concurrency": shape.get("concurrency", arrival.get("max_concurrency")),
         "input_len": shape.get("input_len"),

@@ -4,6 +4,7 @@ report's columns and speedup baselines, `load --url`'s check) follows from it. E
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -109,3 +110,45 @@ def test_report_shows_the_axis_and_matches_baselines_on_it():
     keys = list(columns)
     assert columns[axis_column("max_num_batched_tokens")][0] == "max batched tokens"
     assert keys.index(axis_column("max_num_batched_tokens")) == keys.index("num_speculative_tokens") + 1
+
+
+def test_a_baseline_shares_the_server_settings_not_only_the_axes():
+    """A results directory resumed with a changed [server] (max_num_seqs 8, then 64) holds a k = 0 point of one and
+    a k = 3 point of the other: no speedup across them (it was 2.5x across 8 vs 64 sequences)."""
+    from bench.records import EngineSettings
+
+    def row(pid, k, seqs, tok_s):
+        eng = EngineSettings(num_speculative_tokens=k, target="tiny", weights="dummy", server={"max_num_seqs": seqs})
+        return dict.fromkeys(POINT_COLUMNS) | {
+            "point_id": pid,
+            "status": "ok",
+            "num_speculative_tokens": k,
+            "dcp_size": 1,
+            "concurrency": 2,
+            "input_len": 16,
+            "output_len": 8,
+            "engine_base": eng.base_id(),
+            "output_throughput": tok_s,
+            "tpot_p50_ms": 1000 / tok_s,
+        }
+
+    found = speedups(pd.DataFrame([row("a", 0, 8, 100.0), row("b", 3, 64, 250.0)])).set_index("point_id")
+    assert pd.isna(found.loc["b", "baseline_point_id"]) and np.isnan(found.loc["b", "speedup_output"])
+    found = speedups(pd.DataFrame([row("a", 0, 64, 100.0), row("b", 3, 64, 250.0)])).set_index("point_id")
+    assert found.loc["b", "speedup_output"] == pytest.approx(2.5)
+
+
+def test_list_values_reach_vllm_as_separate_arguments_and_the_dry_run_quotes_for_a_shell():
+    import shlex
+
+    from bench.launch import _quote
+    from bench.server import server_argv
+
+    argv = server_argv(
+        "/t", "m", 1, {"cudagraph_capture_sizes": [1, 2, 4], "compilation_config": {"a": 1}}, None, 1, None
+    )
+    i = argv.index("--cudagraph-capture-sizes")
+    assert argv[i + 1 : i + 4] == ["1", "2", "4"]  # vLLM's nargs="+" flags; JSON '[1, 2, 4]' fails its int parse
+    assert argv[argv.index("--compilation-config") + 1] == '{"a": 1}'  # dict-valued flags stay JSON
+    for arg in ("it's a template", "$HOME", "*.pt", '{"a": 1}'):
+        assert shlex.split(_quote(arg)) == [arg]

@@ -98,6 +98,9 @@ def test_mismatches_are_flagged():
     ]
     _, flags = remote_effective({**facts, "speculative": False, "spec_positions": None}, engine)
     assert flags[0] == "num_speculative_tokens: asked 3, the server's /metrics has no spec_decode counters"
+    swept = {"num_speculative_tokens": 2, "server": {}, "axes": {"max_model_len": 1024}}  # [axes.server]
+    _, flags = remote_effective(facts, swept)
+    assert flags == ["max_model_len: asked 1024, the server has 8192"]
 
 
 def test_an_unreachable_url_is_one_error_and_writes_nothing(profile, tmp_path, capsys):
