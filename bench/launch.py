@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bench import kimi_rank
+from bench import kimi_rank, vllm_argv
 from bench.effective import store_model_configs
 from bench.metrics import REQUEST_SPEC_NOTE, request_spec_args
 from bench.models import SPECIAL_TOKENS, VOCAB_SIZE, cache_folder, write_tiny_models
@@ -94,9 +94,10 @@ def measurement_line(run) -> str:
     return text
 
 
-def describe_plan(plan: Plan, draft_keys: str = "legacy") -> str:
+def describe_plan(plan: Plan, draft_keys: str = "legacy", check_flags: bool = True) -> str:
     """The --dry-run text: counts, each server's exact command (the draft's backend / KV dtype under the keys
-    `draft_keys` names, as the run passes them) and its points, the skipped points."""
+    `draft_keys` names, as the run passes them), whether the installed vLLM's parser takes it (bench.vllm_argv;
+    `check_flags`), its points, the skipped points."""
     machine = plan.machine
     lines = [
         f"profile {plan.profile.name} ({plan.profile.source}) on {machine.platform}"
@@ -118,6 +119,10 @@ def describe_plan(plan: Plan, draft_keys: str = "legacy") -> str:
                 "on a loopback group (collectives local; their NVLink cost modelled apart)"
             )
         lines.append("  python " + " ".join(_quote(a) for a in argv[1:]).replace("--port 0", "--port <free>"))
+        if check_flags:
+            checked, problem = vllm_argv.check(argv)
+            if problem:
+                lines.append(f"  ! {problem}" if checked else f"  (flags not checked: {problem})")
         if planned_elsewhere and engine.num_speculative_tokens and _has_text(points):
             lines.append(f"  + {REQUEST_SPEC_NOTE}")
         for p in points:

@@ -152,3 +152,19 @@ def test_list_values_reach_vllm_as_separate_arguments_and_the_dry_run_quotes_for
     assert argv[argv.index("--compilation-config") + 1] == '{"a": 1}'  # dict-valued flags stay JSON
     for arg in ("it's a template", "$HOME", "*.pt", '{"a": 1}'):
         assert shlex.split(_quote(arg)) == [arg]
+
+
+def test_the_dry_run_checks_each_command_with_vllms_own_parser(tmp_path):
+    """A store_true flag swept over [true, false] gives --no-<flag>, which vLLM's parser refuses; the dry run says
+    so under that server, with the installed vLLM's words, and passes the other."""
+    from bench import vllm_argv
+
+    text = '[axes]\nshapes = ["1x16x8"]\n[axes.server]\ndisable_log_stats = [true, false]\n'
+    (tmp_path / "b.toml").write_text('name = "b"\n' + text)
+    plan = make_plan(load_profile(str(tmp_path / "b.toml"), "cpu"), Machine("cpu"))
+    out = describe_plan(plan)
+    version = vllm_argv.version()
+    assert version, "vLLM's parser is importable where the suite is installed"
+    assert f"! vLLM {version} refuses it: unrecognized arguments: --no-disable-log-stats" in out
+    assert out.count("refuses it") == 1
+    assert vllm_argv.check(["python", "-m", vllm_argv.ENTRY, "--max-num-seqs", "x"])[1].endswith("'x'")
