@@ -10,7 +10,9 @@ averaging a compile stall into its latency.
 Pure: the standard library only, no I/O (the caller passes the log text), no vLLM import. The log's time stamps
 are the serving host's local time, to the second, without a year (vLLM's `_DATE_FORMAT = "%m-%d %H:%M:%S"`), so
 the caller supplies the year (`parse_events`) or a time near the events (`events_in`), and the time zone when the
-log was not written on this machine's.
+log was not written in this machine's (`tz`; a server the suite starts writes in this machine's zone; a log from
+another host, `bench load --url --server-log`, is read in this machine's zone too: a host in another zone, or with
+a clock more than `slack_s` apart, has its events misplaced).
 """
 
 from __future__ import annotations
@@ -163,25 +165,30 @@ def _year_near(month: int, ref_year: int, ref_month: int) -> int:
     return ref_year
 
 
-def _unix(year: int, stamped: _Stamped, tz: dt.tzinfo | None) -> float | None:
-    """The unix time of the start of the stamped second, or None when that date does not exist in `year`
-    (29 February in a common year: the year guess was wrong, and the line cannot be placed)."""
+def _unix(year: int, stamped: _Stamped, tz: dt.tzinfo | None) -> list[float]:
+    """The unix times the start of the stamped second can mean: one, or two in the hour a fall-back repeats (the
+    stamp does not say which occurrence; both are kept, so an event in the second one is not placed an hour early);
+    none when that date does not exist in `year` (29 February in a common year: the year guess was wrong)."""
     try:
         moment = dt.datetime(year, stamped.month, stamped.day, stamped.hour, stamped.minute, stamped.second, tzinfo=tz)
     except ValueError:
-        return None
-    # A naive datetime's timestamp() is local time (mktime), DST included; an ambiguous fall-back hour reads as its
-    # first occurrence.
-    return moment.timestamp()
+        return []
+    # A naive datetime's timestamp() is local time (mktime), DST included; fold picks the occurrence.
+    return sorted({moment.timestamp(), moment.replace(fold=1).timestamp()})
 
 
 def _events(stamped: _Stamped, year: int, tz: dt.tzinfo | None) -> list[LogEvent]:
     if not stamped.kinds:
         return []
-    when = _unix(year, stamped, tz)
-    if when is None:
-        return []
-    return [LogEvent(kind, when, stamped.line) for kind in stamped.kinds]
+    return [LogEvent(kind, when, stamped.line) for when in _unix(year, stamped, tz)[:1] for kind in stamped.kinds]
+
+
+def _events_near(stamped: _Stamped, year: int, tz: dt.tzinfo | None, low: float, high: float) -> list[LogEvent]:
+    """The line's events at the first of its possible times that overlaps [low, high] (none if none does)."""
+    for when in _unix(year, stamped, tz):
+        if _overlaps(when, low, high):
+            return [LogEvent(kind, when, stamped.line) for kind in stamped.kinds]
+    return []
 
 
 def parse_events(log_text: str, year: int, tz: dt.tzinfo | None = None) -> list[LogEvent]:
@@ -233,7 +240,7 @@ def events_in(
         if not stamped.kinds:
             continue
         line_year = _year_near(stamped.month, start.year, start.month)
-        found.extend(event for event in _events(stamped, line_year, tz) if _overlaps(event.when, low, high))
+        found.extend(_events_near(stamped, line_year, tz, low, high))
     return found
 
 

@@ -24,10 +24,10 @@ CACHE_COUNTERS = {
     "preemptions": "vllm:num_preemptions_total",
 }
 # What vLLM's own stat logger counted (summed over engines and, for requests, over finish reasons: stop, length,
-# abort...): the independent count that the client's token and request counts and its mean TTFT and TPOT are checked
-# against per window (`served_check`). The client's counts come from each response's usage and its times from its
-# own clock; these come from the engine's iteration stats, timed by vLLM's front end, and also see traffic the client
-# did not send. vLLM 0.26.0 and 0.32.0 both have them (v1/metrics/loggers.py).
+# abort...): the independent count that the client's token and request counts are checked against per window
+# (`served_check`; a mismatch flags the point), with vLLM's mean TTFT and TPOT reported beside the client's (never
+# flagged). The client's counts come from each response's usage and its times from its own clock; these come from
+# the engine's iteration stats, timed by vLLM's front end, and also see traffic the client did not send. vLLM 0.26.0 and 0.32.0 both have them (v1/metrics/loggers.py).
 SERVED_COUNTERS = {
     "generation_tokens": "vllm:generation_tokens_total",
     "finished_requests": "vllm:request_success_total",

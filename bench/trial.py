@@ -321,6 +321,8 @@ def _contamination(server: Serving, trial: Trial, point: Point) -> tuple[list[di
         return events, checked
     offset = trial.load["clock"]["unix"] - trial.load["clock"]["perf"]
     found = [e for span in spans for e in contamination.events_in(text, span.start + offset, span.end + offset)]
+    if preempted is not None:  # the window's own counter is exact; a log line's count covers the 10 s before it
+        found = [e for e in found if e.kind != "preemption"]
     return events + contamination.summary(found), checked
 
 

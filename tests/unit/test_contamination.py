@@ -261,3 +261,22 @@ def test_a_window_must_not_end_before_it_starts() -> None:
         C.events_in(SERVING, at(13, 2, 7), at(13, 2, 8), slack_s=-1, tz=UTC)
     with pytest.raises(ValueError):
         C.events_in(SERVING, float("nan"), at(13, 2, 8), tz=UTC)
+
+
+def test_an_event_in_the_repeated_fall_back_hour_is_placed_in_either_occurrence() -> None:
+    """New York, 2024-11-03: 01:00-01:59 happens twice. A compile stamped 01:30:05 in the second occurrence (EST)
+    was placed in the first (EDT), an hour early, and missed by a window around it."""
+    zoneinfo = pytest.importorskip("zoneinfo")
+    try:
+        ny = zoneinfo.ZoneInfo("America/New_York")
+    except zoneinfo.ZoneInfoNotFoundError:
+        pytest.skip("no time zone database here")
+    stamp = JIT_LINE[JIT_LINE.index("12-03") : JIT_LINE.index("12-03") + len("12-03 13:02:07")]
+    line = JIT_LINE.replace(stamp, "11-03 01:30:05")
+    second = dt.datetime(2024, 11, 3, 1, 30, 0, tzinfo=ny, fold=1).timestamp()
+    first = dt.datetime(2024, 11, 3, 1, 30, 0, tzinfo=ny, fold=0).timestamp()
+    assert second - first == 3600
+    for start in (first, second):
+        found = C.events_in(line, start, start + 20, slack_s=0, tz=ny)
+        assert [e.kind for e in found] == ["jit-compile"] and found[0].when == start + 5
+    assert C.events_in(line, second + 60, second + 80, slack_s=0, tz=ny) == []

@@ -185,3 +185,20 @@ def test_vllms_own_counts_are_checked_against_the_clients():
     assert unknown["token_ratio"] is None and unknown["ttft_ms_vllm"] is None and unknown["ttft_ms_client"] == 150.0
     assert unknown["client_output_tokens"] == 64 and E._served_flag(unknown) == []
     assert M.served_total([])["token_ratio"] is None
+
+
+def test_the_windows_preemption_counter_overrules_a_stats_line(scripted):
+    """vLLM's "Preemptions: N" counts the 10 s before its line, so a line in the window's first second can report
+    the warm-up's preemptions. When the window's own counter is known it decides: zero there, no preemption."""
+    stats = (
+        "INFO 12-03 13:02:06 [loggers.py:257] Engine 000: Avg prompt throughput: 0.0 tokens/s, Running: 4 reqs, "
+        "Waiting: 0 reqs, Preemptions: 3, GPU KV cache usage: 10.0%"
+    )
+    tc, point, _ = context(remeasure=0, log=stats)
+    known = {"cache": {"prefix_cache_queries": 1, "preemptions": 5}}
+    trial = T.Trial(rows=[], before=known, after=known, load={"clock": {"unix": DIRTY[0], "perf": 0.0}})
+    events, checked = T._contamination(tc.server, trial, point)
+    assert events == [] and checked == (T.CHECKED_LOG, T.CHECKED_METRICS)
+    unknown = T.Trial(rows=[], before={}, after={}, load={"clock": {"unix": DIRTY[0], "perf": 0.0}})
+    events, _ = T._contamination(tc.server, unknown, point)
+    assert [e["kind"] for e in events] == ["preemption"]  # no counter: the log is all there is
