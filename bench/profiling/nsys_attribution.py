@@ -186,7 +186,10 @@ def _windows(
     row_tid: np.ndarray, row_t: np.ndarray, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """For rows sorted by (tid, t): per window, the slice [lo, hi) of the rows on the window's thread with
-    t in [start, end]. One searchsorted per thread, vectorized over that thread's windows."""
+    t in [start, end): an API call belongs to a range it lies inside, as nsys's projection counts it (call start >=
+    range start and call end <= range end); on the range's own thread a call that starts before the range ends also
+    ends before it, and one starting exactly at its end does not lie inside. One searchsorted per thread,
+    vectorized over that thread's windows."""
     lo = np.zeros(len(tids), np.int64)
     hi = np.zeros(len(tids), np.int64)
     for tid in np.unique(tids):
@@ -194,7 +197,7 @@ def _windows(
         a0, a1 = np.searchsorted(row_tid, tid, "left"), np.searchsorted(row_tid, tid, "right")
         t = row_t[a0:a1]
         lo[sel] = a0 + np.searchsorted(t, starts[sel], "left")
-        hi[sel] = a0 + np.searchsorted(t, ends[sel], "right")
+        hi[sel] = a0 + np.searchsorted(t, ends[sel], "left")
     return lo, hi
 
 

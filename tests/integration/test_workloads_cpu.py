@@ -160,7 +160,8 @@ def test_records_match_the_committed_sweep(loaded):
         assert set(theirs) <= set(mine) and set(mine) - set(theirs) <= ADDED_SINCE, set(mine) ^ set(theirs)
         assert mine["config"] == theirs["config"] and mine["label"] == theirs["label"]
         raw_mine, raw_theirs = ours.raw(pid), example.raw(pid)
-        assert set(raw_mine[0]) - {"attempt"} == set(raw_theirs[0])  # attempt: a re-measured window
+        # attempt: a re-measured window; slot: the closed loop's worker (2026-12-05; None for text workloads)
+        assert set(raw_mine[0]) - {"attempt", "slot"} == set(raw_theirs[0])
         assert len(raw_mine) == len(raw_theirs)
         if theirs["workload"].get("sampling", {}).get("temperature") == 1:
             continue  # sampled: lengths and acceptance differ run to run

@@ -441,3 +441,20 @@ def test_analysis_failure_leaves_no_chart_process(tmp_path, monkeypatch):
         analyze(bogus, tmp_path / "out")
     ((chart, proc),) = started
     assert chart.proc is None and proc.returncode is not None  # closed: the child killed and reaped
+
+
+def test_an_api_call_starting_at_a_ranges_end_is_not_inside_it(tmp_path):
+    """nsys projects onto a range the GPU work of the calls that lie inside it (call end <= range end). Range 11 of
+    the matmul export ends, in this copy, exactly when its cudaLaunchKernel starts: the launch is not its own."""
+    path = writable_copy(tmp_path, "edge.sqlite")
+    with sqlite3.connect(path) as con:
+        (start,) = con.execute(
+            "SELECT MAX(r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r, NVTX_EVENTS n "
+            "WHERE n.rowid = 11 AND r.globalTid = n.globalTid AND r.start BETWEEN n.start AND n.end"
+        ).fetchone()
+        con.execute("UPDATE NVTX_EVENTS SET end = ? WHERE rowid = 11", (start,))
+    before = analyze_file(MATMUL).ranges
+    after = analyze_file(path).ranges
+    changed = after[after.end_ns == start]
+    assert len(changed) == 1 and changed.iloc[0].launches == 0
+    assert before[before.start_ns == changed.iloc[0].start_ns].iloc[0].launches == 1
