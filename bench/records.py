@@ -16,14 +16,13 @@ here with its type (optional, with a default, when older records lack it), and r
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from bench.errors import BenchError
+from bench.ids import stable_id
 
 
 class Open(BaseModel):
@@ -203,8 +202,7 @@ class EngineSettings(Open):
         """What a speculative point's no-speculation baseline must share beyond the axes: the target, its weights
         and the profile's [server] settings, hashed (a results directory resumed with a changed profile can hold
         two; bench.report.speedup)."""
-        data = {"target": self.target, "weights": self.weights, "server": self.server}
-        return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+        return stable_id({"target": self.target, "weights": self.weights, "server": self.server})
 
     def tensor_parallel_size(self) -> int:
         return int({**self.server, **self.axes}.get("tensor_parallel_size", 1))

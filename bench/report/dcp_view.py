@@ -58,6 +58,7 @@ def dcp_rows(points: pd.DataFrame, models: dict[str, tuple[dict | None, dict | N
         # Text workloads and rate-driven loads have no fixed shape: the row stays, without the modelled columns.
         shaped = all(pd.notna(getattr(r, f, None)) for f in ("input_len", "output_len", "concurrency"))
         if shaped and target and all(key in target for key in ("kv_lora_rank", "qk_rope_head_dim")):
+            target_backend, draft_backend = _backends(r)
             comm = step_comm(
                 Mla.from_config(target),
                 Mla.from_config(draft) if draft and k and "kv_lora_rank" in draft else None,
@@ -65,8 +66,8 @@ def dcp_rows(points: pd.DataFrame, models: dict[str, tuple[dict | None, dict | N
                 batch=int(r.concurrency),
                 k=k,
                 context=int(r.input_len) + int(r.output_len) // 2,  # the mean context over a request's decode
-                target_backend=_backends(r)[0],
-                draft_backend=_backends(r)[1],
+                target_backend=target_backend,
+                draft_backend=draft_backend,
                 workspace=int(r.mla_prefill_workspace) if pd.notna(getattr(r, "mla_prefill_workspace", None)) else None,
             )
         comm_ms = comm.total_s * 1e3 if comm else None

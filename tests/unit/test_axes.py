@@ -85,22 +85,16 @@ def test_server_axis_values_are_checked(axes, extra, why):
         plan_of(axes, **extra)
 
 
+def point_row(pid: str, k: int, tok_s: float, **columns) -> dict:
+    """An ok point at 2x16x8 in the points table's columns, with `columns` set beside."""
+    base = dict.fromkeys(POINT_COLUMNS) | {"point_id": pid, "status": "ok", "num_speculative_tokens": k}
+    shape = {"dcp_size": 1, "concurrency": 2, "input_len": 16, "output_len": 8}
+    return base | shape | {"output_throughput": tok_s, "tpot_p50_ms": 1000 / tok_s} | columns
+
+
 def test_report_shows_the_axis_and_matches_baselines_on_it():
     def row(pid, k, mbt, tok_s):
-        base = dict.fromkeys(POINT_COLUMNS)
-        return base | {
-            "point_id": pid,
-            "status": "ok",
-            "num_speculative_tokens": k,
-            "dcp_size": 1,
-            "concurrency": 2,
-            "input_len": 16,
-            "output_len": 8,
-            "server_axes": f"mbt={mbt}",
-            axis_column("max_num_batched_tokens"): mbt,
-            "output_throughput": tok_s,
-            "tpot_p50_ms": 1000 / tok_s,
-        }
+        return point_row(pid, k, tok_s, server_axes=f"mbt={mbt}", **{axis_column("max_num_batched_tokens"): mbt})
 
     points = pd.DataFrame([row("a", 0, 2048, 100.0), row("b", 0, 8192, 200.0), row("c", 2, 8192, 300.0)])
     found = speedups(points).set_index("point_id")
@@ -119,18 +113,7 @@ def test_a_baseline_shares_the_server_settings_not_only_the_axes():
 
     def row(pid, k, seqs, tok_s):
         eng = EngineSettings(num_speculative_tokens=k, target="tiny", weights="dummy", server={"max_num_seqs": seqs})
-        return dict.fromkeys(POINT_COLUMNS) | {
-            "point_id": pid,
-            "status": "ok",
-            "num_speculative_tokens": k,
-            "dcp_size": 1,
-            "concurrency": 2,
-            "input_len": 16,
-            "output_len": 8,
-            "engine_base": eng.base_id(),
-            "output_throughput": tok_s,
-            "tpot_p50_ms": 1000 / tok_s,
-        }
+        return point_row(pid, k, tok_s, engine_base=eng.base_id())
 
     found = speedups(pd.DataFrame([row("a", 0, 8, 100.0), row("b", 3, 64, 250.0)])).set_index("point_id")
     assert pd.isna(found.loc["b", "baseline_point_id"]) and np.isnan(found.loc["b", "speedup_output"])
