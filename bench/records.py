@@ -273,6 +273,7 @@ class Manifest(Open):
     profile: dict[str, Any] = {}
     counts: dict[str, int] = {}
     migrations: list[dict[str, Any]] = []
+    sessions: list[dict[str, Any]] = []  # every session's environment, the first included (bench.sweep)
 
 
 class EngineRecord(Open):

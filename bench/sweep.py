@@ -170,12 +170,16 @@ def run_sweep(plan: Plan, out_dir: Path, options: SweepOptions | None = None) ->
 
 def _run_points(plan: Plan, store: SweepStore, existing: dict[str, dict], options: SweepOptions) -> None:
     deadline = None if options.time_budget_s is None else time.perf_counter() + options.time_budget_s
-    salt = _write_manifest(store, plan, options, resumed=bool(existing) or options.resume)
-    for point in plan.skipped:
-        if point.id not in existing:
-            store.save_point({**base_record(point), "status": "skipped", "reason": point.skip_reason})
     groups = [(e, [p for p in pts if _needs_run(existing.get(p.id), options.rerun_failed)]) for e, pts in plan.groups]
     todo = [(e, pts) for e, pts in groups if pts]
+    new_skips = [p for p in plan.skipped if p.id not in existing]
+    resumed = bool(existing) or options.resume
+    if resumed and not todo and not new_skips:  # nothing to measure: the manifest stays the one that measured
+        salt = store.manifest().get("prompt_salt") or ""
+    else:
+        salt = _write_manifest(store, plan, options, resumed=resumed)
+    for point in new_skips:
+        store.save_point({**base_record(point), "status": "skipped", "reason": point.skip_reason})
     progress = Progress(sum(len(pts) for _, pts in todo), options.quiet)
     progress.say(
         f"sweep {plan.profile.name}: {progress.total} points to run on {len(todo)} servers, "
@@ -220,21 +224,56 @@ def _driver_lock(root: Path) -> Iterator[None]:
 
 
 def _write_manifest(store: SweepStore, plan: Plan, options: SweepOptions, resumed: bool) -> str:
-    """Write the manifest; returns the prompt salt (a resumed run keeps the first run's: bench.prompts)."""
+    """Write the manifest; returns the prompt salt (a resumed run keeps the first run's: bench.prompts).
+
+    `environment` is what the first session measured on; every session that measured points (the first included)
+    is in `sessions`, in order, so a resume on another lease or commit does not rewrite what earlier points ran on
+    (a point's `started` places it in its session). A resume on other hardware or another vLLM refuses."""
     environment = collect_environment(plan.machine)
     if (bandwidth := manifest_entry(plan.machine, on_cluster=options.ray is not None)) is not None:  # GPU only
         environment["bandwidth"] = bandwidth  # the measured copy ceiling (bench.bandwidth), or why there is none
     manifest = plan_manifest(plan, environment)
     manifest["draft_keys"] = options.draft_keys
-    if resumed:  # keep the first run's creation time and prompt salt; list the resumes
+    manifest["sessions"] = [environment]
+    if resumed:  # keep the first run's creation time, environment and prompt salt; list the resumes
         old = store.manifest()
+        first = old.get("environment") or environment
+        if differences := resume_differences(first, environment):
+            raise BenchError(
+                f"--resume: {store.root} was measured on {'; '.join(differences)}: its points would not compare "
+                "with this session's; resume it where it ran, or start another --out"
+            )
         manifest["created"] = old["created"]
+        manifest["environment"] = first
+        manifest["sessions"] = (old.get("sessions") or [first]) + [environment]
         manifest["resumed"] = old.get("resumed", []) + [now()]
         manifest["prompt_salt"] = old.get("prompt_salt") or manifest["prompt_salt"]
         if old.get("migrations"):  # bench migrate's steps (bench/migrate.py)
             manifest["migrations"] = old["migrations"]
     store.write_manifest(manifest)
     return manifest["prompt_salt"]
+
+
+def resume_differences(first: dict, now_env: dict) -> list[str]:
+    """What makes this session's measurements incomparable with the first session's, in words ([] when none):
+    the GPUs (model and count) or, on CPU, the processor; the vLLM version and distribution; the patch states.
+    The suite's commit, the driver and the host may change (each session's are kept in the manifest)."""
+
+    def facts(env: dict) -> dict[str, object]:
+        machine, vllm = env.get("machine") or {}, env.get("vllm") or {}
+        hardware = (
+            f"{machine.get('gpus')} x {machine.get('gpu_name')}"
+            if machine.get("platform") == "gpu"
+            else f"CPU {machine.get('cpu')} ({machine.get('cpu_count')} cores)"
+        )
+        return {
+            "hardware": hardware,
+            "vLLM": f"{vllm.get('vllm_version')} ({vllm.get('distribution')})",
+            "patches": ", ".join(f"{f.get('fix')}: {f.get('state')}" for f in vllm.get("fixes") or []) or "-",
+        }
+
+    was, is_ = facts(first), facts(now_env)
+    return [f"{k} {was[k]}, this session {is_[k]}" for k in was if was[k] != is_[k]]
 
 
 def plan_manifest(plan: Plan, environment: dict) -> dict:

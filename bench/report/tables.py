@@ -232,7 +232,25 @@ def provenance(sweep_dir: Path) -> dict:
         "bench": f"{env['bench_version']} git {(env['suite_git'] or {}).get('sha') or '?'}"
         f"{' (dirty)' if (env['suite_git'] or {}).get('dirty') else ''}",
         "python": env["python"],
+        **({"sessions": sessions_line(m, SweepStore(sweep_dir).points())} if len(m.get("sessions") or []) > 1 else {}),
     }
+
+
+def sessions_line(manifest: dict, points: dict[str, dict]) -> str:
+    """The sessions that measured this directory's points (a resume appends one), each with its time, the suite's
+    commit, the driver and how many points it measured (a point belongs to the last session started before it)."""
+    sessions = manifest["sessions"]
+    starts = [s.get("time") or "" for s in sessions]
+    counts = [0] * len(sessions)
+    for record in points.values():
+        if record.get("status") in ("ok", "failed") and record.get("started"):
+            counts[max([0] + [i for i, t in enumerate(starts) if t and t <= record["started"]])] += 1
+    parts = []
+    for s, n in zip(sessions, counts, strict=True):
+        sha = (s.get("suite_git") or {}).get("sha") or "?"
+        driver = (s.get("machine") or {}).get("driver")
+        parts.append(f"{s.get('time')} git {sha}{f' driver {driver}' if driver else ''} ({n} points)")
+    return f"{len(sessions)}: " + "; ".join(parts)
 
 
 def plain_points(df: pd.DataFrame) -> pd.DataFrame:

@@ -218,3 +218,67 @@ def test_a_resumed_sweep_keeps_its_prompt_salt_and_sends_the_same_prompts_again(
     assert rerun[: len(sent_first[2])] == sent_first[2], "the same point, trial and attempt: the same prompts"
     others = [p for i, call in enumerate(sent_first) if i != 2 for p in call]
     assert not any(p in others for p in rerun), "no prompt of another point"
+
+
+def test_a_resume_keeps_what_earlier_points_ran_on_and_lists_every_session(scripted, monkeypatch):
+    """A resume from another commit (another lease, another day) must not rewrite the environment the first
+    session's points were measured in: the manifest keeps the first environment and lists every session, and the
+    report's provenance says which session measured how many points. A resume with nothing left to run leaves the
+    manifest as it was."""
+    import json
+
+    from bench import sweep as sweep_mod
+    from bench.report.tables import provenance
+
+    script, run, out = scripted
+    script["actions"] = {2: "hang"}
+    run()
+    first = SweepStore(out).manifest()
+    assert len(first["sessions"]) == 1 and first["sessions"][0] == first["environment"]
+
+    real = sweep_mod.collect_environment
+
+    def later(machine):
+        return {**real(machine), "time": "2999-01-01T00:00:00+00:00", "suite_git": {"sha": "feedbee", "dirty": False}}
+
+    monkeypatch.setattr(sweep_mod, "collect_environment", later)
+    script["actions"] = {}
+    run(resume=True, rerun_failed=True)
+    manifest = SweepStore(out).manifest()
+    assert manifest["environment"] == first["environment"], "the first session's environment is kept"
+    assert [s["suite_git"]["sha"] for s in manifest["sessions"]][1:] == ["feedbee"]
+    # the rerun point started before the fake session time "2999", so it counts to the first session here: move it
+    points = SweepStore(out).points()
+    rerun = next(p for p in points.values() if p.get("started") and p["trials"] and p["status"] == "ok")
+    rerun["started"] = "2999-01-01T00:00:01+00:00"
+    (out / "points" / f"{rerun['point_id']}.json").write_text(json.dumps(rerun))
+    line = provenance(out)["sessions"]
+    assert line.startswith("2: ") and "git feedbee" in line and line.endswith("(1 points)"), line
+
+    before = (out / "manifest.json").read_bytes()
+    run(resume=True)  # every point done: nothing measured, nothing rewritten
+    assert (out / "manifest.json").read_bytes() == before
+
+
+def test_a_resume_on_another_vllm_or_other_hardware_refuses_before_running_anything(scripted, monkeypatch):
+    from bench import sweep as sweep_mod
+    from bench.errors import BenchError
+
+    script, run, _out = scripted
+    script["actions"] = {2: "hang"}
+    run()
+    loads = len(script["loads"])
+    real = sweep_mod.collect_environment
+
+    def other_vllm(machine):
+        env = real(machine)
+        return {**env, "vllm": {**env["vllm"], "vllm_version": "9.9.9"}}
+
+    monkeypatch.setattr(sweep_mod, "collect_environment", other_vllm)
+    with pytest.raises(BenchError, match=r"vLLM .*this session 9\.9\.9"):
+        run(resume=True, rerun_failed=True)
+    assert len(script["loads"]) == loads, "nothing ran"
+    assert sweep_mod.resume_differences(real(Machine("cpu")), real(Machine("cpu"))) == []
+    gpu = {"machine": {"platform": "gpu", "gpus": 1, "gpu_name": "NVIDIA H200"}}
+    assert sweep_mod.resume_differences(gpu, {"machine": {**gpu["machine"], "gpu_name": "NVIDIA H100"}})
+    assert not sweep_mod.resume_differences(gpu, {"machine": {**gpu["machine"], "driver": "999"}})
