@@ -11,6 +11,7 @@ chat API (bench.loadgen.run_conversations).
 
 from __future__ import annotations
 
+import json
 import logging
 import statistics
 import time
@@ -35,7 +36,7 @@ from bench.loadgen import (
 from bench.plan import Plan, Point, dataset_for
 from bench.prompts import int_seed, prompt_name
 from bench.server import ServerFailed
-from bench.workloads.point import Sampling
+from bench.workloads.point import Sampling, Workload
 
 if TYPE_CHECKING:
     from bench.profiling.session import Capture
@@ -257,6 +258,13 @@ def _random_load(tc: TrialContext, point: Point, number: int, attempt: int, mark
     return {"kind": "closed-loop", "concurrency": concurrency, "warmup": warmup, **used, **rule.record()}
 
 
+def text_order_seed(salt: str, workload: Workload) -> int:
+    """The seed of one run's order of a dataset: the run's salt and the dataset's source table, not the folder its
+    relative paths start from (`dataset_key` has it), so the same salt replays the same conversations from any
+    checkout or working directory."""
+    return int_seed(f"{salt}/{json.dumps(workload.dataset, sort_keys=True)}")
+
+
 def _text_load(tc: TrialContext, point: Point, number: int, attempt: int, marks: _Marks, records: list) -> dict:
     """A text workload's conversations through the chat API, picked anew per trial and attempt (categories
     taking turns). Without per-request acceptance from the server, each category is measured in its own
@@ -272,7 +280,7 @@ def _text_load(tc: TrialContext, point: Point, number: int, attempt: int, marks:
     else:  # one order per run and dataset, a stretch of it per point, trial and attempt: nothing sent twice
         seed = int_seed(f"{tc.salt}/{point.id}/{number}/{attempt}")  # the arrival schedule's
         start = tc.plan.sample_start(point, number, attempt, len(dataset.categories))
-        order = int_seed(f"{tc.salt}/{w.dataset_key}")
+        order = text_order_seed(tc.salt, w)
         convs, again = dataset.take(warmup + point.num_prompts, seed=order, start=start)
         samples = {"start_round": start, "repeated": again, "conversations": len(dataset.conversations)}
     measure = convs[warmup:]

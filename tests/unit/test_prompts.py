@@ -112,3 +112,18 @@ def test_every_point_trial_and_attempt_of_a_plan_gets_its_own_stretch():
     # a --points subset (or a resumed run of one point) takes the same stretch as the full plan
     only = plan.select(["p3"])
     assert only.sample_start(pts[2], 1, 1, categories=2) == plan.sample_start(pts[2], 1, 1, categories=2)
+
+
+def test_a_datasets_order_follows_the_salt_and_the_source_not_the_folder_it_is_read_from():
+    """The same salt replays the same conversations from any checkout: the order's seed was hashed with the folder
+    relative dataset paths start from, so a run reproduced from another directory sent other conversations."""
+    from bench.trial import text_order_seed
+    from bench.workloads.point import Workload
+
+    source = {"source": "jsonl", "path": "data/chats.jsonl"}
+    here = Workload(id="chats", dataset=source, base_dir="/home/a/bench/profiles")
+    there = Workload(id="chats", dataset=source, base_dir="/tmp/clone/profiles")
+    assert text_order_seed("s1", here) == text_order_seed("s1", there)
+    assert text_order_seed("s1", here) != text_order_seed("s2", here)
+    other = Workload(id="chats", dataset={**source, "path": "data/other.jsonl"}, base_dir=here.base_dir)
+    assert text_order_seed("s1", here) != text_order_seed("s1", other)
