@@ -2,7 +2,7 @@
 
 A point's numbers are only as good as the window they were measured in. While the window runs, the server can be
 doing something else that the request records do not show: compiling a Triton kernel it did not warm up, running
-torch.compile or capturing CUDA graphs, preempting requests, or holding the closed-loop load in its waiting queue.
+torch.compile or capturing CUDA graphs, preempting requests, or serving requests that are not the load's.
 vLLM says so in its log, with a wall-clock time stamp. This module finds those lines and keeps the ones whose time
 overlaps a window, so a point record can say "this window was contaminated, and by what" instead of silently
 averaging a compile stall into its latency.
@@ -98,10 +98,10 @@ KINDS: Mapping[str, re.Pattern[str]] = MappingProxyType(
         # Committed logs peak at 19.9%.
         "kv-cache-high": re.compile(r"\bKV cache usage: (?:99(?:\.\d+)?|1\d\d(?:\.\d+)?)%"),
         # Requests waiting at the moment of the stats line ("Waiting: %d reqs", v1/metrics/loggers.py:266, which
-        # counts waiting + deferred): the closed-loop load was queued, not served. Real:
-        # kimi-rank-h200/results/logs/server-b0591bfe7cf8.log "INFO 12-03 09:48:35 [loggers.py:310] Engine 000:
-        # ... Running: 12 reqs, Waiting: 20 reqs, ...". Uvicorn's "INFO:     Waiting for application startup."
-        # has neither a time stamp nor the count, and does not match.
+        # counts waiting + deferred). Real: kimi-rank-h200/results/logs/server-b0591bfe7cf8.log "INFO 12-03 09:48:35
+        # [loggers.py:310] Engine 000: ... Running: 12 reqs, Waiting: 20 reqs, ...". Uvicorn's "INFO:     Waiting
+        # for application startup." has neither a time stamp nor the count, and does not match. A load's own
+        # requests waiting for their prefill's turn are not contamination (`foreign_requests` tells them apart).
         "queueing": re.compile(r"\bWaiting: 0*[1-9]\d* reqs\b"),
     }
 )
@@ -247,6 +247,24 @@ def events_in(
 def _overlaps(when: float, low: float, high: float) -> bool:
     """Whether the logged second [when, when + 1) meets [low, high]."""
     return when <= high and when + STAMP_RESOLUTION_S > low
+
+
+_REQUEST_COUNTS = re.compile(r"\bRunning: (\d+) reqs, Waiting: (\d+) reqs\b")
+
+
+def foreign_requests(event: LogEvent, in_flight: int | None) -> bool:
+    """Whether a `queueing` line shows the server holding requests that are not the load's: running + waiting
+    above the `in_flight` requests the load keeps (its concurrency). Every waiting line in the committed H200 logs
+    had running + waiting at or below the point's concurrency (12 + 20 and 17 + 15 at 32 users, 7 + 1 and 5 + 3
+    at 8): the load's own requests waiting for their prefill under the scheduler's token budget, which a window
+    measured again shows again. Those are the shape's behaviour, not contamination. An open loop (`in_flight`
+    None) queues by design: its waiting is what it measures. A line whose counts cannot be read is kept."""
+    if event.kind != "queueing":
+        return True
+    if in_flight is None:
+        return False
+    counts = _REQUEST_COUNTS.search(event.line)
+    return counts is None or int(counts.group(1)) + int(counts.group(2)) > in_flight
 
 
 def summary(events: Iterable[LogEvent]) -> list[dict[str, str]]:

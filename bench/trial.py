@@ -311,9 +311,9 @@ CHECKED_LOG, CHECKED_METRICS = "server log", "preemption counter"
 
 
 def _contamination(server: Serving, trial: Trial, point: Point) -> tuple[list[dict], tuple[str, ...]]:
-    """What ran inside the trial's headline window besides the load: compiles, graph captures, queueing... from
-    the server log (by timestamp), and preemptions from /metrics; and where it looked (a server the suite does not
-    own has no log unless the user names it)."""
+    """What ran inside the trial's headline window besides the load: compiles, graph captures, requests that are
+    not the load's... from the server log (by timestamp), and preemptions from /metrics; and where it looked (a
+    server the suite does not own has no log unless the user names it)."""
     events: list[dict] = []
     checked: tuple[str, ...] = ()
     if trial.after.get("cache"):
@@ -329,6 +329,8 @@ def _contamination(server: Serving, trial: Trial, point: Point) -> tuple[list[di
         return events, checked
     offset = trial.load["clock"]["unix"] - trial.load["clock"]["perf"]
     found = [e for span in spans for e in contamination.events_in(text, span.start + offset, span.end + offset)]
+    in_flight = closed_loop_concurrency(point)  # the load's own requests waiting for a prefill are not contamination
+    found = [e for e in found if contamination.foreign_requests(e, in_flight)]
     if preempted is not None:  # the window's own counter is exact; a log line's count covers the 10 s before it
         found = [e for e in found if e.kind != "preemption"]
     return events + contamination.summary(found), checked

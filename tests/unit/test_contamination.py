@@ -280,3 +280,13 @@ def test_an_event_in_the_repeated_fall_back_hour_is_placed_in_either_occurrence(
         found = C.events_in(line, start, start + 20, slack_s=0, tz=ny)
         assert [e.kind for e in found] == ["jit-compile"] and found[0].when == start + 5
     assert C.events_in(line, second + 60, second + 80, slack_s=0, tz=ny) == []
+
+
+def test_the_committed_waiting_line_is_the_loads_own_at_32_users_and_foreign_at_8() -> None:
+    """The real line (Running: 12 reqs, Waiting: 20 reqs) came from a 32-user point: 32 requests, all the load's."""
+    (event,) = [e for e in C.parse_events(QUEUEING, 2026, UTC) if e.kind == "queueing"]
+    assert not C.foreign_requests(event, 32)
+    assert C.foreign_requests(event, 31) and C.foreign_requests(event, 8)
+    assert not C.foreign_requests(event, None)  # an open loop's queue is what it measures
+    compile_event = C.LogEvent("jit-compile", 0.0, "x")
+    assert C.foreign_requests(compile_event, 32) and C.foreign_requests(compile_event, None)  # other kinds: kept

@@ -202,3 +202,30 @@ def test_the_windows_preemption_counter_overrules_a_stats_line(scripted):
     unknown = T.Trial(rows=[], before={}, after={}, load={"clock": {"unix": DIRTY[0], "perf": 0.0}})
     events, _ = T._contamination(tc.server, unknown, point)
     assert [e["kind"] for e in events] == ["preemption"]  # no counter: the log is all there is
+
+
+def test_the_loads_own_requests_waiting_for_a_prefill_are_not_contamination(scripted):
+    """A stats line with waiting requests flagged every window it fell in, and the re-measure found it again: in
+    the committed H200 logs every such line had running + waiting at or below the point's concurrency (the load's
+    own requests queued behind a prefill). Only requests beyond the load's (someone else's) contaminate; an open
+    loop queues by design."""
+
+    def stats(running: int, waiting: int) -> str:
+        return (
+            f"INFO 12-03 13:02:07 [loggers.py:257] Engine 000: Avg prompt throughput: 0.0 tokens/s, Running: "
+            f"{running} reqs, Waiting: {waiting} reqs, GPU KV cache usage: 10.0%"
+        )
+
+    def kinds(log: str, point=None) -> list[str]:
+        tc, own_point, _ = context(remeasure=0, log=log)
+        trial = T.Trial(rows=[], before={}, after={}, load={"clock": {"unix": DIRTY[0], "perf": 0.0}})
+        return [e["kind"] for e in T._contamination(tc.server, trial, point or own_point)[0]]
+
+    assert kinds(stats(3, 1)) == []  # 4 = the point's concurrency: its own requests
+    assert kinds(stats(4, 1)) == ["queueing"]  # 5 > 4: one request is not the load's
+    open_loop = SimpleNamespace(
+        id="p", arrival=SimpleNamespace(paced=True, max_concurrency=None), shape=None, workload=None
+    )
+    assert kinds(stats(4, 9), open_loop) == []
+    unreadable = "INFO 12-03 13:02:07 [loggers.py:257] Engine 000: Waiting: 3 reqs"
+    assert kinds(unreadable) == ["queueing"]  # counts not readable: kept
