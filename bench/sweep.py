@@ -226,11 +226,13 @@ def _driver_lock(root: Path) -> Iterator[None]:
 def _write_manifest(store: SweepStore, plan: Plan, options: SweepOptions, resumed: bool) -> str:
     """Write the manifest; returns the prompt salt (a resumed run keeps the first run's: bench.prompts).
 
-    `environment` is what the first session measured on; every session that measured points (the first included)
-    is in `sessions`, in order, so a resume on another lease or commit does not rewrite what earlier points ran on
-    (a point's `started` places it in its session). A resume on other hardware or another vLLM refuses."""
+    `environment` is what the first session ran on; every session that ran (the first included) is in `sessions`,
+    in order, so a resume on another lease or commit does not rewrite what earlier points ran on (a point's
+    `started` places it in its session). A local resume on other GPUs or processor, another vLLM, other patch
+    states or other draft keys refuses (`resume_differences`)."""
+    on_cluster = options.ray is not None
     environment = collect_environment(plan.machine)
-    if (bandwidth := manifest_entry(plan.machine, on_cluster=options.ray is not None)) is not None:  # GPU only
+    if (bandwidth := manifest_entry(plan.machine, on_cluster=on_cluster)) is not None:  # GPU only
         environment["bandwidth"] = bandwidth  # the measured copy ceiling (bench.bandwidth), or why there is none
     manifest = plan_manifest(plan, environment)
     manifest["draft_keys"] = options.draft_keys
@@ -238,9 +240,11 @@ def _write_manifest(store: SweepStore, plan: Plan, options: SweepOptions, resume
     if resumed:  # keep the first run's creation time, environment and prompt salt; list the resumes
         old = store.manifest()
         first = old.get("environment") or environment
-        if differences := resume_differences(first, environment):
+        was = {**first, "draft_keys": old.get("draft_keys", options.draft_keys)}
+        differences = resume_differences(was, {**environment, "draft_keys": options.draft_keys}, on_cluster)
+        if differences:
             raise BenchError(
-                f"--resume: {store.root} was measured on {'; '.join(differences)}: its points would not compare "
+                f"--resume: {store.root} was measured with {'; '.join(differences)}: its points would not compare "
                 "with this session's; resume it where it ran, or start another --out"
             )
         manifest["created"] = old["created"]
@@ -254,23 +258,26 @@ def _write_manifest(store: SweepStore, plan: Plan, options: SweepOptions, resume
     return manifest["prompt_salt"]
 
 
-def resume_differences(first: dict, now_env: dict) -> list[str]:
-    """What makes this session's measurements incomparable with the first session's, in words ([] when none):
-    the GPUs (model and count) or, on CPU, the processor; the vLLM version and distribution; the patch states.
-    The suite's commit, the driver and the host may change (each session's are kept in the manifest)."""
+def resume_differences(first: dict, now_env: dict, on_cluster: bool = False) -> list[str]:
+    """What makes this session's measurements incomparable with the first session's, in words ([] when none): the
+    draft keys; on this machine, its GPU model (or, on CPU, the processor and its cores) and the installed vLLM
+    and patch states. On a Ray cluster those are the driver's, not the nodes' (whose GPUs each point's ledger
+    entry names), and the cluster may grow or shrink between sessions (a resume re-runs lost and unplaced points),
+    so only the draft keys are compared. The suite's commit, the driver and the host may change (each session's
+    are kept in the manifest)."""
 
     def facts(env: dict) -> dict[str, object]:
         machine, vllm = env.get("machine") or {}, env.get("vllm") or {}
-        hardware = (
-            f"{machine.get('gpus')} x {machine.get('gpu_name')}"
-            if machine.get("platform") == "gpu"
-            else f"CPU {machine.get('cpu')} ({machine.get('cpu_count')} cores)"
-        )
-        return {
-            "hardware": hardware,
-            "vLLM": f"{vllm.get('vllm_version')} ({vllm.get('distribution')})",
-            "patches": ", ".join(f"{f.get('fix')}: {f.get('state')}" for f in vllm.get("fixes") or []) or "-",
-        }
+        out: dict[str, object] = {"draft keys": env.get("draft_keys")}
+        if not on_cluster:
+            out["hardware"] = (
+                f"GPU {machine.get('gpu_name')}"
+                if machine.get("platform") == "gpu"
+                else f"CPU {machine.get('cpu')} ({machine.get('cpu_count')} cores)"
+            )
+            out["vLLM"] = f"{vllm.get('vllm_version')} ({vllm.get('distribution')})"
+            out["patches"] = ", ".join(f"{f.get('fix')}: {f.get('state')}" for f in vllm.get("fixes") or []) or "-"
+        return out
 
     was, is_ = facts(first), facts(now_env)
     return [f"{k} {was[k]}, this session {is_[k]}" for k in was if was[k] != is_[k]]

@@ -282,3 +282,21 @@ def test_a_resume_on_another_vllm_or_other_hardware_refuses_before_running_anyth
     gpu = {"machine": {"platform": "gpu", "gpus": 1, "gpu_name": "NVIDIA H200"}}
     assert sweep_mod.resume_differences(gpu, {"machine": {**gpu["machine"], "gpu_name": "NVIDIA H100"}})
     assert not sweep_mod.resume_differences(gpu, {"machine": {**gpu["machine"], "driver": "999"}})
+    assert not sweep_mod.resume_differences(gpu, {"machine": {**gpu["machine"], "gpus": 8}}), "a count may change"
+    # on a Ray cluster the machine facts are the driver's and the cluster may grow: only the draft keys count
+    cluster = {"machine": {"platform": "gpu", "gpus": 8, "gpu_name": None}, "draft_keys": "legacy"}
+    assert not sweep_mod.resume_differences(cluster, {**cluster, "machine": {**cluster["machine"], "gpus": 16}}, True)
+    assert not sweep_mod.resume_differences(cluster, {**cluster, "vllm": {"vllm_version": "9.9.9"}}, True)
+    assert sweep_mod.resume_differences(cluster, {**cluster, "draft_keys": "upstream"}, True)
+
+
+def test_a_resume_with_other_draft_keys_refuses(scripted):
+    """The draft keys change every speculating server's --speculative-config: a resume that forgot
+    `--draft-keys upstream` would have run its points with other keys under the manifest's old value."""
+    from bench.errors import BenchError
+
+    script, run, _out = scripted
+    script["actions"] = {2: "hang"}
+    run(draft_keys="upstream")
+    with pytest.raises(BenchError, match="draft keys upstream, this session legacy"):
+        run(resume=True, rerun_failed=True, draft_keys="legacy")
