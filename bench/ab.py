@@ -96,6 +96,8 @@ def run_ab(
     stopped (`sweep --resume`: a finished one starts no server), so only what is missing runs."""
     from bench.distributed import ab_rounds
 
+    if calibrate and b != a:  # its spread would be stored as this machine's noise, the A/B's effect included
+        raise BenchError("ab --calibrate runs an A/A of the baseline: give no --candidate (calibrate, then compare)")
     if ray is not None:
         ab_rounds.check_envs([a.patch, b.patch])
     if resume and (out is None or not Path(out).is_dir()):

@@ -211,7 +211,8 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=5,
         help="A B rounds = server starts a side, the statistical unit "
-        "(each side runs the whole profile once per round; at least 4 for p < 0.05)",
+        "(each side runs the whole profile once per round; at least 5 for a one-point profile at p < 0.05, whose 2 "
+        "gated tests Holm splits; ab refuses fewer than the design needs and names the number)",
     )
     ab.add_argument(
         "--max-rounds",

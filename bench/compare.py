@@ -21,7 +21,7 @@ from bench.errors import BenchError, ExitCode
 from bench.fmt import fmt, is_missing, md_rows
 from bench.metrics import request_latencies
 from bench.records import PointRecord, Trial
-from bench.stats import CORRECTIONS, Comparison, compare_servers, decide, per_test_alpha
+from bench.stats import CORRECTIONS, UNREACHABLE, Comparison, compare_servers, decide, per_test_alpha
 from bench.store import SweepStore
 
 # metric -> higher is better
@@ -118,6 +118,11 @@ def judge(
     multiplicity (`correction`: holm, bh or none) and their verdicts drawn from the adjusted p. `max_effect`: the
     largest change a pass may leave undetected (`outcome`). `paired`: the i-th starts of the two sides are one
     round (`pair_rounds`), tested by sign flips of the round differences."""
+    if not min_effect <= max_effect:  # a change between them would be significant, ignored, and called a pass
+        raise BenchError(
+            f"--min-effect {min_effect:.1%} is larger than --max-effect {max_effect:.1%}: a change between the two "
+            "would be ignored as too small yet be above what a pass promises to detect"
+        )
     tests = len(points) * len(GATED)
     level = per_test_alpha(alpha, tests, correction)  # gated tests: intervals, detectable effect, starts needed
     rows = []
@@ -154,6 +159,7 @@ def judge(
         "paired": paired,
         "failures": failures({}, {}),
         "flagged": flagged({}, {}, []),
+        "unjudged": unjudged({}, {}),
     }
 
 
@@ -191,6 +197,7 @@ def compare_dirs(baseline: Path, candidate: Path, **options) -> dict:
         **result,
         "failures": failures(base, cand),
         "flagged": flagged(base, cand, matched),
+        "unjudged": unjudged(base, cand),
         "only_baseline": sorted(base[p].label for p in set(base) - set(cand) if not base[p].skipped),
         "only_candidate": sorted(cand[p].label for p in set(cand) - set(base) if not cand[p].skipped),
         "decomposition": decompose(result["table"]),
@@ -231,6 +238,24 @@ def failures(base: dict[str, PointSide], cand: dict[str, PointSide]) -> pd.DataF
                 }
             )
     return pd.DataFrame(rows, columns=["point_id", "label", "problem", "detail", "gated"])
+
+
+def unjudged(base: dict[str, PointSide], cand: dict[str, PointSide]) -> pd.DataFrame:
+    """Points the candidate ran (ok or failed) that the baseline has no ok server start of: failed there, failed
+    on both sides, or missing there. Nothing to judge them against, so a pass cannot include them (`outcome`)."""
+    rows = []
+    for pid, cp in sorted(cand.items(), key=lambda kv: kv[1].label):
+        bp = base.get(pid)
+        if cp.skipped or (not cp.servers and not cp.failures) or (bp is not None and bp.servers):
+            continue
+        if bp is None or (not bp.failures and not bp.skipped):
+            problem = "missing in baseline"
+        elif bp.skipped:
+            problem = "skipped in baseline"
+        else:
+            problem = "failed on both sides" if not cp.servers else "failed in baseline"
+        rows.append({"point_id": pid, "label": cp.label, "problem": problem})
+    return pd.DataFrame(rows, columns=["point_id", "label", "problem"])
 
 
 def flagged(base: dict[str, PointSide], cand: dict[str, PointSide], compared: list[str]) -> pd.DataFrame:
@@ -287,11 +312,17 @@ def outcome(result: dict, gated=GATED) -> tuple[int, str]:
     unjudged = g[g.verdict == "insufficient data"]
     blind = g[(g.verdict == "no change") & ~(g.mde.astype(float) <= result["max_effect"])]
     suspect = result["flagged"][result["flagged"].point_id.isin(g.point_id)]
-    if len(unjudged) or len(blind) or len(suspect):
+    no_baseline = result.get("unjudged", pd.DataFrame())
+    if len(unjudged) or len(blind) or len(suspect) or len(no_baseline):
         why = []
+        if len(no_baseline):
+            why.append(
+                f"{len(no_baseline)} point(s) without an ok baseline to judge against "
+                f"({', '.join(sorted(set(no_baseline.problem)))})"
+            )
         if len(unjudged):
             why.append(
-                f"{len(unjudged)} gated test(s) with too few server starts (needs {int(unjudged.needed.max())} a side)"
+                f"{len(unjudged)} gated test(s) with too few server starts (needs {_starts(unjudged.needed.max(), 'a side')})"
             )
         if len(blind):
             worst = blind.mde.astype(float).max()
@@ -304,7 +335,21 @@ def outcome(result: dict, gated=GATED) -> tuple[int, str]:
             why.append(f"{len(suspect)} flagged server start(s) in the comparison (compare.md lists them)")
         return ExitCode.INCONCLUSIVE, "inconclusive: " + "; ".join(why)
     worst = g.mde.astype(float).max() if len(g) else float("nan")
+    floor = result.get("min_effect", 0.0)  # smaller changes are "no change" by definition, significant or not
+    if worst < floor:
+        return ExitCode.OK, (
+            f"no regression larger than {floor:.1%} (--min-effect: changes below it are not counted; the largest "
+            f"detectable effect of {len(g)} gated tests is {worst:.1%})"
+        )
     return ExitCode.OK, f"no regression larger than {worst:.1%} (the largest detectable effect of {len(g)} gated tests)"
+
+
+def _starts(needed, unit: str = "server starts a side") -> str:
+    if needed is None or needed != needed:
+        return "more server starts"
+    if int(needed) >= UNREACHABLE:
+        return "a larger --alpha: no number of server starts reaches its level"
+    return f"{int(needed)} {unit}"
 
 
 def _ratio(r) -> str:
@@ -318,7 +363,7 @@ def _verdict_cell(r) -> str:
     if r is None:
         return "-"
     if r.verdict == "insufficient data":
-        return f"insufficient data (needs {r.needed} server starts a side, has {r.n_base}/{r.n_cand})"
+        return f"insufficient data (needs {_starts(r.needed)}, has {r.n_base}/{r.n_cand})"
     if r.verdict == "no change" and not is_missing(r.mde):
         return f"no change (detectable: {r.mde:.1%})"
     return str(r.verdict)
@@ -347,6 +392,10 @@ def compare_markdown(result: dict) -> str:
         lines += ["### Failed or missing in the candidate", ""]
         rows = ([r.label, r.problem, r.detail, "yes" if r.gated else "no"] for r in f.itertuples())
         lines += [*md_rows(["point", "problem", "detail", "gates"], rows), ""]
+    orphans = result.get("unjudged", pd.DataFrame())
+    if not orphans.empty:
+        lines += ["### Not judged: no ok baseline (a pass cannot include them)", ""]
+        lines += [*md_rows(["point", "problem"], ([r.label, r.problem] for r in orphans.itertuples())), ""]
     marked = result["flagged"]
     if not marked.empty:
         lines += [

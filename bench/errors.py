@@ -25,7 +25,8 @@ EXIT_CODE_MEANINGS = {
     ExitCode.CAPTURE_FAILED: "profile / sweep --profile-points: a capture errored or recorded no bench.* range "
     "(3 wins when points failed too)",
     ExitCode.INCONCLUSIVE: "compare / ab: no regression found, but the data cannot rule one out: a gated metric had too "
-    "few server starts, its detectable effect exceeds --max-effect, or a compared server start is flagged (never a pass)",
+    "few server starts, its detectable effect exceeds --max-effect, a compared server start is flagged, or a point has "
+    "no ok baseline to judge it against (never a pass)",
     ExitCode.INCOMPLETE: "sweep --time-budget: the budget ran out before every point ran (--resume runs the rest; "
     "3 wins when points failed)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGTERM); finished points are kept",

@@ -64,8 +64,16 @@ def min_p_value(n_base: int, n_cand: int, paired: bool = False) -> float:
     return min(1.0, 2.0 / min(arrangements(n_base, n_cand, paired), ARRANGEMENT_CAP + 1))
 
 
+UNREACHABLE = 10**6
+"""`starts_needed` for a level below every p the test can give (under 2 / (ARRANGEMENT_CAP + 1), where it samples
+the arrangements): no number of starts reaches it."""
+
+
 def starts_needed(alpha: float, paired: bool = False) -> int:
-    """Server starts per side for an exact two-sided test to be able to reach p < alpha."""
+    """Server starts per side for an exact two-sided test to be able to reach p < alpha; `UNREACHABLE` when none
+    can (a tiny level: an early O'Brien-Fleming look, or a small --alpha split over many tests)."""
+    if alpha <= 2.0 / (ARRANGEMENT_CAP + 1):
+        return UNREACHABLE
     n = 2
     while min_p_value(n, n, paired) >= alpha:
         n += 1
@@ -360,6 +368,12 @@ def plan_design(
     need = starts_needed(level, paired)
     family = f" ({tests} gated tests, {correction}: each at p < {level:.2g})" if level != alpha else ""
     kind = "paired (sign-flip) " if paired else ""
+    if need >= UNREACHABLE:
+        return False, (
+            f"no number of server starts reaches p < {level:.2g}{family}: the permutation test samples at most "
+            f"{ARRANGEMENT_CAP:,} arrangements, so its smallest p is {2 / (ARRANGEMENT_CAP + 1):.2g}; raise --alpha "
+            "or gate fewer points"
+        )
     if starts < need:
         return False, (
             f"{starts} server starts a side cannot reach p < {level:.2g}{family}: the smallest p an exact "

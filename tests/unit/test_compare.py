@@ -8,8 +8,8 @@ import pytest
 from scipy.stats import mannwhitneyu
 
 from bench.cli import main
-from bench.compare import compare_dirs, compare_markdown, regressions
-from bench.errors import ExitCode
+from bench.compare import compare_dirs, compare_markdown, outcome, regressions
+from bench.errors import BenchError, ExitCode
 from bench.stats import (
     CPU_AA_BETWEEN_CV,
     compare_servers,
@@ -190,3 +190,70 @@ def test_ab_refuses_a_design_that_cannot_reach_alpha_before_running(tmp_path, ca
     assert "cannot reach p < 0.013 (4 gated tests, holm: each at p < 0.013)" in err and not out.exists()
     ok, text = plan_design(5, 0.05, CPU_AA_BETWEEN_CV)
     assert ok and "cannot detect a 5% change: that needs 26 starts a side" in text
+
+
+def _quiet_pass(tmp_path, rng) -> tuple[Path, Path]:
+    """5 starts a side of p1, equal and quiet: a pass (exit 0) on its own."""
+    base = write_side(tmp_path / "a", [[x] for x in rng.normal(1000, 2, 5)], 10.0, rng)
+    cand = write_side(tmp_path / "b", [[x] for x in rng.normal(1000, 2, 5)], 10.0, rng)
+    return base, cand
+
+
+def test_a_point_without_an_ok_baseline_makes_the_outcome_inconclusive_not_a_pass(tmp_path, rng):
+    """Found in review: a point the baseline failed or lacks dropped out of the comparison unmentioned, and one that
+    failed on both sides did not gate: each exited 0 although nothing judged the candidate there."""
+    base, cand = _quiet_pass(tmp_path, rng)
+    assert main(["compare", str(base), str(cand)]) == ExitCode.OK
+    cases = {
+        "failed in baseline": ("failed", "ok"),
+        "missing in baseline": (None, "ok"),
+        "failed on both sides": ("failed", "failed"),
+    }
+    for problem, (b_status, c_status) in cases.items():
+        b, c = _quiet_pass(tmp_path / problem.replace(" ", "-"), rng)
+        for r in range(5):
+            if b_status:
+                write_start(b / f"round-{r}", [1000.0], 10.0, rng, point_id="p2", status=b_status)
+            write_start(c / f"round-{r}", [1000.0], 10.0, rng, point_id="p2", status=c_status)
+        result = compare_dirs(b, c)
+        assert list(result["unjudged"].problem) == [problem]
+        code, line = outcome(result)
+        assert (
+            code == ExitCode.INCONCLUSIVE and f"1 point(s) without an ok baseline to judge against ({problem})" in line
+        )
+        assert "### Not judged: no ok baseline" in compare_markdown(result)
+
+
+def test_a_pass_never_states_a_bound_below_min_effect_and_min_above_max_is_refused(tmp_path, rng):
+    """Found in review: a significant 1.8% slowdown below --min-effect 2% is "no change", and the pass line said
+    "no regression larger than 0.6%" (the detectable effect). The bound is --min-effect there."""
+    base = write_side(tmp_path / "a", [[x] for x in rng.normal(1000, 2, 7)], 10.0, rng)
+    cand = write_side(tmp_path / "b", [[x] for x in rng.normal(982, 2, 7)], 10.0, rng)
+    result = compare_dirs(base, cand)
+    t = result["table"].set_index("metric")
+    assert t.loc["output_throughput", "verdict"] == "no change" and t.loc["output_throughput", "mde"] < 0.02
+    code, line = outcome(result)
+    assert code == ExitCode.OK and line.startswith("no regression larger than 2.0% (--min-effect")
+    with pytest.raises(BenchError, match="--min-effect 10.0% is larger than --max-effect 5.0%"):
+        compare_dirs(base, cand, min_effect=0.1, max_effect=0.05)
+
+
+def test_a_level_no_number_of_starts_reaches_is_unreachable_not_an_endless_loop():
+    """Found in review: below 2 / (ARRANGEMENT_CAP + 1) the search for the starts needed never ended (an early
+    O'Brien-Fleming look, or --alpha 0.000005), so `bench ab` and `bench compare` hung."""
+    from bench.ab import sequential_levels
+    from bench.stats import UNREACHABLE
+
+    assert starts_needed(1e-7) == UNREACHABLE and starts_needed(1e-7, paired=True) == UNREACHABLE
+    levels = sequential_levels(4, 20, 0.05, 4, "holm", False)  # returned: the unreachable early looks skipped
+    assert levels and min(levels) > 4 and sum(levels.values()) <= 0.05
+    ok, text = plan_design(5, 0.000005, 0.06, 0.05, 2, "holm")
+    assert not ok and "no number of server starts reaches" in text
+
+
+def test_ab_calibrate_with_a_candidate_is_refused(tmp_path):
+    """Found in review: `ab --calibrate --candidate X` ran an A/B, exited 0 when inconclusive and stored the A/B's
+    spread, treatment included, as this machine's noise."""
+    out = tmp_path / "ab"
+    args = ["ab", "tiny", "--baseline", sys.executable, "--candidate", sys.executable, "--calibrate"]
+    assert main([*args, "--candidate-env", "BENCH_STEP_DELAY_MS=5", "--out", str(out)]) == 1 and not out.exists()
