@@ -175,7 +175,6 @@ def _run_point(ctx: SweepContext, running: RunningEngine, point: Point) -> None:
         running.vocab,
         ctx.salt,
         ctx.capture,
-        running.request_spec,
         deadline=ctx.deadline,
     )
     rows: list[dict] = []
@@ -215,9 +214,6 @@ def point_record(
     summary = M.summarize(rows, concurrency)
     first, after = trials[0].before, trials[-1].after
     spec = M.spec_delta(first, after)
-    windows: dict[str, dict] = {}  # per category, over the trials
-    for t in trials:
-        windows = {w: M.add_counts(windows.get(w), counts) for w, counts in t.windows.items()}
     cache = _cache(trials)
     checks = [_served(t) for t in trials]  # one per trial's window: vLLM's counts beside the client's
     served = M.served_total(checks)
@@ -241,7 +237,7 @@ def point_record(
         "contamination_checked": sorted(set.intersection(*(set(t.checked) for t in trials))) if trials else [],
         "flags": flags,
         "workload": _workload_record(ctx.plan, point, running),
-        "categories": M.category_metrics(rows, windows, M.counter_delta(first, after)),
+        "categories": M.category_metrics(rows, M.counter_delta(first, after)),
         "effective": running.effective,
         "mismatch": running.mismatch + flags,
         "server": running.info,

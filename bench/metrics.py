@@ -184,16 +184,6 @@ def counter_delta(before: dict, after: dict) -> dict:
     return {**d, "per_position": pos}
 
 
-def add_counts(a: dict | None, b: dict) -> dict:
-    """Two windows' counts together (trials of one point); unknown in either is unknown."""
-    if a is None:
-        return dict(b)
-    out: dict = {k: a[k] + b[k] if a.get(k) is not None and b.get(k) is not None else None for k in SPEC_COUNTERS}
-    pa, pb = a.get("per_position"), b.get("per_position")
-    out["per_position"] = [x + y for x, y in zip(pa, pb)] if pa is not None and pb is not None else None
-    return out
-
-
 def acceptance(counts: dict) -> dict:
     """Acceptance from spec-decode counts (drafts = verify steps)."""
     drafts, draft_tokens, accepted = counts.get("drafts"), counts.get("draft_tokens"), counts.get("accepted_tokens")
@@ -381,11 +371,11 @@ def _prompt_tokens(row: dict) -> int:
     return row["prompt_tokens"] if row.get("prompt_tokens") is not None else row["prompt_len"]
 
 
-def category_metrics(rows: list[dict], windows: dict[str, dict] | None = None, whole: dict | None = None) -> list[dict]:
+def category_metrics(rows: list[dict], whole: dict | None = None) -> list[dict]:
     """One row per category of the measured requests: requests, lengths (the actual output lengths), TTFT and
     TPOT, and acceptance with where it came from (`acceptance_source`): the server's per-request numbers summed
-    over the category's requests; else the category's own /metrics window (`windows`: counts per category, when
-    categories ran one after another); else, for a point with one category, the point's window (`whole`)."""
+    over the category's requests; else, for a point with one category, the point's /metrics window (`whole`,
+    "window"); else unknown (None: a mixed window's /metrics counts cannot be split by category)."""
     by_category: dict[str, list[dict]] = {}
     for r in rows:
         if r["phase"] == "measure":
@@ -396,7 +386,7 @@ def category_metrics(rows: list[dict], windows: dict[str, dict] | None = None, w
         counts = request_counts(ok)
         source: str | None = "per-request"
         if counts is None:
-            counts = (windows or {}).get(category) or (whole if len(by_category) == 1 else None)
+            counts = whole if len(by_category) == 1 else None
             source = "window" if counts is not None else None
         lat = [request_latencies(r) for r in ok]
         tpot = distribution([x["tpot"] for x in lat])

@@ -47,10 +47,22 @@ def _point_v1_to_v2(record: dict) -> list[str]:
     return done
 
 
+def _read_object(path: Path) -> dict:
+    """A record file as a JSON object, or a BenchError naming it (a migration reads every file before it writes
+    one, so an unreadable record leaves the directory as it was)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BenchError(f"{path}: not a readable record ({exc}); nothing was migrated") from None
+    if not isinstance(data, dict):
+        raise BenchError(f"{path}: a record is a JSON object, got {type(data).__name__}; nothing was migrated")
+    return data
+
+
 def _v1_to_v2(store: SweepStore) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for path in sorted((store.root / "points").glob("*.json")):
-        record = json.loads(path.read_text())
+    records = [(path, _read_object(path)) for path in sorted((store.root / "points").glob("*.json"))]
+    for path, record in records:
         for key in _point_v1_to_v2(record):
             counts[key] = counts.get(key, 0) + 1
         record["schema_version"] = 2
@@ -67,7 +79,7 @@ def migrate(root: Path) -> list[dict]:
     path = root / MANIFEST
     if not path.exists():
         raise BenchError(f"{root}: not a results directory (no {MANIFEST})")
-    manifest = json.loads(path.read_text())
+    manifest = _read_object(path)
     version = manifest.get("schema_version")
     if not isinstance(version, int) or version > SCHEMA_VERSION or (version < SCHEMA_VERSION and version not in STEPS):
         raise BenchError(f"{root}: schema version {version!r}: this bench migrates 1..{SCHEMA_VERSION}")

@@ -144,6 +144,12 @@ class Point:
         return stable_id(self.to_dict())
 
     @property
+    def load_id(self) -> str:
+        """The point's load without its engine (shape or workload, prompts, seed): equal for a speculating point
+        and its k = 0 baseline, so a text workload sends both the same conversations (`Plan.sample_start`)."""
+        return stable_id({k: v for k, v in self.to_dict().items() if k != "engine"})
+
+    @property
     def label(self) -> str:
         """The load part of the point's name: the batch shape, or `<workload> <sampling> <arrival>`."""
         return self.workload.label(self.shape.label if self.shape else None)
@@ -207,23 +213,27 @@ class Plan:
         )
 
     def _text_demand(self) -> dict[str, tuple[tuple[str, int], ...]]:
+        """Per dataset: each load (`Point.load_id`) and the conversations one trial of it asks for."""
         demand: dict[str, dict[str, int]] = {}
         for p in self.runnable + self.skipped:
             if p.workload.is_text:
-                demand.setdefault(p.workload.dataset_key, {})[p.id] = p.warmup_prompts + p.num_prompts
-        return {key: tuple(sorted(points.items())) for key, points in demand.items()}
+                loads = demand.setdefault(p.workload.dataset_key, {})
+                loads[p.load_id] = max(loads.get(p.load_id, 0), p.warmup_prompts + p.num_prompts)
+        return {key: tuple(sorted(loads.items())) for key, loads in demand.items()}
 
     def sample_start(self, point: Point, trial: int, attempt: int, categories: int) -> int:
         """Where (in rounds of one conversation per category) this trial's attempt starts in the run's order of
-        each category's conversations: every (point, trial, attempt) of a results directory has a stretch of its
-        own, so no conversation is sent twice unless the dataset runs out (then the order starts over, and the
-        trial records how many came round again). The same for a --points subset and a resumed run."""
+        each category's conversations. Every (load, trial, attempt) has a stretch of its own, so one server (one
+        engine: its points are distinct loads) is sent no conversation twice unless the dataset runs out (then the
+        order starts over, and the trial records how many came round again); and the points of one load on other
+        engines (a speculating point and its k = 0 baseline, other servers) are sent the same conversations, so
+        their ratio compares engines, not texts. The same for a --points subset and a resumed run."""
         demand = (self.text_demand or self._text_demand()).get(point.workload.dataset_key, ())
         attempts, trials = self.profile.run.remeasure + 1, self.profile.run.repeat
         start = 0
-        for pid, asked in demand:
+        for load, asked in demand:
             rounds = -(-asked // max(categories, 1))
-            if pid == point.id:
+            if load == point.load_id:
                 return start + (trial * attempts + attempt) * rounds
             start += rounds * trials * attempts
         raise BenchError(f"point {point.id} is not a text point of this plan")

@@ -74,15 +74,18 @@ def huggingface(s: spec.HuggingFace) -> RawSource:
     category_field = s.category_field or ("category" if "category" in columns else None)
     if category_field is not None and category_field not in columns:
         raise BenchError(f"{label}: no column {category_field!r}; its columns: {', '.join(columns)}")
-    convs = []
+    convs, skipped = [], 0
     for i, row in enumerate(ds):
         at = f"{label} row {i}"
         context, turns = rows.text_value(row[text_field], at)
+        if not turns:  # a ShareGPT-shaped record with no human turn (answer-only, empty): skipped, as by `sharegpt`
+            skipped += 1
+            continue
         category = rows.category_of(row, at, category_field) if category_field else DEFAULT_CATEGORY
         convs.append(rows.conversation(row.get("id", i), at, context, turns, category))
     files = sorted(Path(f["filename"]) for f in ds.cache_files)
     data = _files_digest_input(files)
-    return RawSource(convs, data, files[0].parent if files else Path(s.name), label)
+    return RawSource(convs, data, files[0].parent if files else Path(s.name), label, skipped=skipped)
 
 
 def _files_digest_input(files: list[Path]) -> bytes:

@@ -98,6 +98,8 @@ def jsonl(s: spec.Jsonl, base: Path) -> RawSource:
     data = rows.read_source(path, "jsonl")
     convs = []
     for at, row in rows.jsonl_rows(data, str(path)):
+        if "prompt" in row and "messages" in row:  # docs/workloads.md: exactly one of them
+            raise BenchError(f"{at}: both 'prompt' and 'messages': give exactly one")
         _, value = rows.field(row, ("prompt", "messages"), at)
         context, turns = rows.text_value(value, at)
         row_id = row.get("id", at.rsplit(":", 1)[1])
@@ -187,5 +189,8 @@ def _parquet_rows(data: bytes, path: Path):
 
 def user_path(path: str, base: Path) -> Path:
     """A dataset path as the user wrote it: `~` expanded, relative ones from `base` (the profile's folder)."""
-    p = Path(path).expanduser()
+    try:
+        p = Path(path).expanduser()
+    except RuntimeError as exc:  # "~nosuchuser/...": no such home directory
+        raise BenchError(f"dataset path {path!r}: {exc}") from None
     return (p if p.is_absolute() else base / p).resolve()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.metrics import acceptance, add_counts, category_metrics, counter_delta, request_counts, spec_delta
+from bench.metrics import acceptance, category_metrics, counter_delta, request_counts, spec_delta
 
 
 def row(category: str, hist: list[int] | None, status: str = "ok", phase: str = "measure", conv: str = "c") -> dict:
@@ -45,16 +45,17 @@ def test_per_position_comes_from_the_histogram():
     assert request_counts([row("a", [1, 0]), row("a", None)]) is None  # one request without them: unknown
 
 
-def test_sources_in_order_per_request_then_window_then_the_points_window():
-    rows = [row("a", [0, 0, 3]), row("a", [0, 0, 1], phase="warmup"), row("b", None), row("c", None)]
+def test_sources_in_order_per_request_then_the_points_window_for_one_category():
+    """Per-request numbers where the server gives them; else the point's /metrics window when the point has one
+    category; a mixed window cannot be split by category (unknown, not a guess)."""
+    rows = [row("a", [0, 0, 3]), row("a", [0, 0, 1], phase="warmup"), row("b", None)]
     window = {"drafts": 10.0, "draft_tokens": 20.0, "accepted_tokens": 10.0, "per_position": [6.0, 4.0]}
-    cats = {c["category"]: c for c in category_metrics(rows, {"b": window})}
+    cats = {c["category"]: c for c in category_metrics(rows, window)}
     assert cats["a"]["acceptance_source"] == "per-request" and cats["a"]["num_drafts"] == 3.0  # warmup left out
-    assert cats["b"]["acceptance_source"] == "window" and cats["b"]["per_position_acceptance"] == [0.6, 0.4]
-    assert cats["c"]["acceptance_source"] is None and cats["c"]["mean_acceptance_length"] is None
-    (only,) = category_metrics([row("x", None)], None, window)
+    assert cats["b"]["acceptance_source"] is None and cats["b"]["mean_acceptance_length"] is None
+    (only,) = category_metrics([row("x", None)], window)
     assert only["acceptance_source"] == "window" and only["mean_acceptance_length"] == 2.0
-    assert category_metrics([row("x", None), row("y", None)], None, window)[0]["acceptance_source"] is None
+    assert only["per_position_acceptance"] == [0.6, 0.4]
 
 
 def test_lengths_and_counts_per_category():
@@ -71,7 +72,4 @@ def test_counts_add_over_trials_and_unknown_stays_unknown():
     d = counter_delta(before, after)
     assert d == {"drafts": 4.0, "draft_tokens": 12.0, "accepted_tokens": 4.0, "per_position": [3.0, 1.0, 0.0]}
     assert acceptance(d) == spec_delta(before, after)
-    twice = add_counts(add_counts(None, d), d)
-    assert twice["drafts"] == 8.0 and twice["per_position"] == [6.0, 2.0, 0.0]
-    assert add_counts(d, {**d, "drafts": None, "per_position": None})["drafts"] is None
     assert spec_delta({}, after)["mean_acceptance_length"] is None

@@ -65,3 +65,15 @@ def test_a_record_the_upgrade_cannot_make_valid_is_named(v1):
     path.write_text(json.dumps(record))
     with pytest.raises(BenchError, match=rf"{path.name}: not a valid PointRecord: status"):
         migrate(v1)
+
+
+def test_an_unreadable_record_is_named_and_nothing_is_migrated(v1):
+    """Found in review: a truncated record raised JSONDecodeError (a traceback) after the records before it had
+    been rewritten, leaving the directory half migrated."""
+    paths = sorted((v1 / "points").glob("*.json"))
+    before = {p: p.read_bytes() for p in paths}
+    paths[-1].write_text(paths[-1].read_text()[:200])
+    with pytest.raises(BenchError, match=rf"{paths[-1].name}: not a readable record .*nothing was migrated"):
+        migrate(v1)
+    assert all(p.read_bytes() == before[p] for p in paths[:-1]), "no record rewritten"
+    assert json.loads((v1 / "manifest.json").read_text())["schema_version"] == 1

@@ -94,7 +94,11 @@ def test_every_point_trial_and_attempt_of_a_plan_gets_its_own_stretch():
 
     def point(pid: str, n: int):
         return SimpleNamespace(
-            id=pid, num_prompts=n, warmup_prompts=1, workload=SimpleNamespace(is_text=True, dataset_key="d")
+            id=pid,
+            load_id=pid,
+            num_prompts=n,
+            warmup_prompts=1,
+            workload=SimpleNamespace(is_text=True, dataset_key="d"),
         )
 
     run = SimpleNamespace(remeasure=1, repeat=2)
@@ -127,3 +131,38 @@ def test_a_datasets_order_follows_the_salt_and_the_source_not_the_folder_it_is_r
     assert text_order_seed("s1", here) != text_order_seed("s2", here)
     other = Workload(id="chats", dataset={**source, "path": "data/other.jsonl"}, base_dir=here.base_dir)
     assert text_order_seed("s1", here) != text_order_seed("s1", other)
+
+
+def test_a_speculating_point_and_its_baseline_are_sent_the_same_conversations():
+    """Found in review: every point had a stretch of its own, so a k = 3 point and its k = 0 baseline (other
+    servers) were sent other questions and their ratio mixed texts into the comparison. One load, one stretch on
+    every engine; the loads of one engine (one server) still have stretches of their own."""
+    from bench.hardware import Machine
+    from bench.plan import make_plan
+    from bench.profile import parse_profile
+
+    text = """
+name = "t"
+[model]
+target = "tiny"
+draft = "tiny"
+[axes]
+num_speculative_tokens = [0, 3]
+shapes = ["2x16x8"]
+[workloads.notes]
+dataset = { kind = "jsonl", path = "notes.jsonl" }
+concurrency = [2, 4]
+"""
+    import tomllib
+
+    plan = make_plan(parse_profile(tomllib.loads(text), "cpu", "t.toml"), Machine("cpu"))  # datasets: read later
+    text_points = [p for p in plan.runnable if p.workload.is_text]
+    by_load: dict[str, list] = {}
+    for p in text_points:
+        by_load.setdefault(p.load_id, []).append(p)
+    assert len(by_load) == 2 and all(len(ps) == 2 for ps in by_load.values())  # c2 and c4, each on k = 0 and k = 3
+    for ps in by_load.values():
+        assert len({p.engine.num_speculative_tokens for p in ps}) == 2 and len({p.id for p in ps}) == 2
+        assert len({plan.sample_start(p, 0, 0, 3) for p in ps}) == 1, "the same stretch on both engines"
+    starts = {plan.sample_start(ps[0], 0, 0, 3) for ps in by_load.values()}
+    assert len(starts) == 2, "one server's two loads: stretches of their own"

