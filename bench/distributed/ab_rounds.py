@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.distributed.ledger import engine_nodes, foreign_pythons
+from bench.distributed.ledger import engine_node_sets, foreign_pythons
 from bench.errors import BenchError
 from bench.fmt import md_rows
 
@@ -52,13 +52,13 @@ def nodes_markdown(out: Path, rounds: int) -> str:
     rows = []
     pairs = other_kind = 0
     for r in range(rounds):
-        a, b = (engine_nodes(out / side / f"round-{r}") for side in ("baseline", "candidate"))
+        a, b = (engine_node_sets(out / side / f"round-{r}") for side in ("baseline", "candidate"))
         for engine in sorted(set(a) | set(b)):
-            na, nb = a.get(engine), b.get(engine)
+            na, nb = a.get(engine, []), b.get(engine, [])
             pair = _pair(na, nb)
             pairs += pair == "same node"
-            other_kind += pair.startswith("OTHER NODE TYPE")
-            rows.append([r, engine, _node(na), _node(nb), pair])
+            other_kind += "OTHER NODE TYPE" in pair
+            rows.append([r, engine, _nodes(na), _nodes(nb), pair])
     lines = [
         "",
         "## Nodes (ab --ray)",
@@ -69,15 +69,21 @@ def nodes_markdown(out: Path, rounds: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _node(node: dict[str, str] | None) -> str:
-    if node is None:
+def _nodes(nodes: list[dict[str, str]]) -> str:
+    if not nodes:
         return "-"
-    return f"{node['node']} ({node['kind']})" if node["kind"] else node["node"]
+    return ", ".join(f"{n['node']} ({n['kind']})" if n["kind"] else n["node"] for n in nodes)
 
 
-def _pair(a: dict[str, str] | None, b: dict[str, str] | None) -> str:
-    if a is None or b is None:
+def _pair(a: list[dict[str, str]], b: list[dict[str, str]]) -> str:
+    """A side's engine can have run on several nodes (a node-lost retry, a resume): "same node" only when both
+    sides ran it on one and the same node."""
+    if not a or not b:
         return "one side has no points"
-    if a["node_id"] == b["node_id"]:
+    kinds = list(dict.fromkeys(n["kind"] for n in a + b))  # the baseline's first
+    type_note = f"OTHER NODE TYPE ({' vs '.join(kinds)})" if len(kinds) > 1 else ""
+    if len(a) > 1 or len(b) > 1:
+        return "SPLIT over several nodes" + (f"; {type_note}" if type_note else "")
+    if a[0]["node_id"] == b[0]["node_id"]:
         return "same node"
-    return "other node, same type" if a["kind"] == b["kind"] else f"OTHER NODE TYPE ({a['kind']} vs {b['kind']})"
+    return type_note or "other node, same type"

@@ -15,6 +15,7 @@ creates its own (vLLM cannot join a group made by another process).
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -27,6 +28,7 @@ from bench.distributed import cluster as C
 from bench.distributed.ledger import LEDGER, read_ledger
 from bench.distributed.placement import NODE_LOST, Cluster, Placement, place, skip_reason
 from bench.distributed.worker import EngineJob, run_job
+from bench.effective import clear_records
 from bench.errors import BenchError
 from bench.executor import SweepContext
 from bench.files import atomic_write_bytes, atomic_write_json
@@ -121,6 +123,7 @@ class RayRunner:
 
         self.tracker.add(job.key, job.engine.label(), len(job.points))
         self.view.changed(job.key, f"(attempt {job.attempt + 1})" if job.attempt else "")
+        clear_records(self.ctx.store.root, job.engine.id)  # an earlier start's (a retry, a resume), as a local sweep
         task = EngineJob(
             plan=self.ctx.plan,
             engine=job.engine,
@@ -165,6 +168,9 @@ class RayRunner:
 
     def _skip(self, engine: EngineConfig, points: list[Point], placement: Placement) -> None:
         for point in points:
+            path = self.ctx.store.point_path(point.id)
+            if path.exists() and json.loads(path.read_text()).get("status") == "failed":
+                continue  # --rerun-failed on a cluster that cannot place it now: the failure stays on record
             self.ctx.store.save_point({**base_record(point), "status": "skipped", "reason": skip_reason(placement)})
         self.tracker.total -= len(points)
         self.view.say(f"skipped {engine.id} [{engine.label()}]: {skip_reason(placement)}")

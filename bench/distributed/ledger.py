@@ -23,21 +23,29 @@ def read_ledger(path: Path) -> dict[str, Any]:
     return ledger if isinstance(ledger.get("runs"), list) else {"runs": []}
 
 
-def engine_nodes(root: Path) -> dict[str, dict[str, str]]:
-    """engine id -> the node that recorded its points last ({node_id, node, kind, python}); engines that never
-    recorded a point (lost, skipped) are absent."""
-    found: dict[str, dict[str, str]] = {}
+def engine_node_sets(root: Path) -> dict[str, list[dict[str, str]]]:
+    """engine id -> every node that recorded some of its points ({node_id, node, kind, python}), in the order they
+    did (a node-lost retry or a resume can put one engine's points on two nodes); engines that never recorded a
+    point (lost, skipped) are absent."""
+    found: dict[str, list[dict[str, str]]] = {}
     for run in read_ledger(Path(root) / LEDGER)["runs"]:
         kinds = {n.get("node_id"): n.get("kind", "") for n in run.get("nodes", [])}
         for attempt in run.get("attempts", []):
             if attempt.get("points_recorded") and attempt.get("node_id"):
-                found[attempt["engine_id"]] = {
+                node = {
                     "node_id": attempt["node_id"],
                     "node": attempt.get("node", "?"),
                     "kind": kinds.get(attempt["node_id"], ""),
                     "python": attempt.get("python", ""),
                 }
+                nodes = found.setdefault(attempt["engine_id"], [])
+                nodes[:] = [n for n in nodes if n["node_id"] != node["node_id"]] + [node]
     return found
+
+
+def engine_nodes(root: Path) -> dict[str, dict[str, str]]:
+    """engine id -> the node that recorded its points last (`engine_node_sets`' last)."""
+    return {engine: nodes[-1] for engine, nodes in engine_node_sets(root).items()}
 
 
 def same_nodes_as(root: Path) -> dict[str, str]:

@@ -239,3 +239,21 @@ def test_sweep_hands_the_same_nodes_of_an_earlier_directory_to_the_ray_driver(mo
     request = SweepRequest(profile="tiny", out=tmp_path / "second", ray="h:1", ray_same_nodes=tmp_path / "first")
     sweep(request)
     assert seen["pins"] == {"e1": "n-w1"}
+
+
+def test_an_engine_whose_points_ran_on_two_nodes_is_not_called_same_node(tmp_path):
+    """Found in review: only the last node that recorded an engine's points was kept, so a baseline whose early
+    points ran on A and later ones on B (a node-lost retry) read "same node" beside a candidate pinned to B."""
+    from bench.distributed.ledger import engine_node_sets
+
+    first = {"engine_id": "e1", "node_id": "n-head", "node": "head/n-head", "points_recorded": ["p1"], "python": "/p"}
+    retry = {**first, "node_id": "n-w2", "node": "w2/n-w2", "points_recorded": ["p2"]}
+    nodes = [{"node_id": "n-head", "kind": "H200"}, {"node_id": "n-w2", "kind": "H100"}]
+    base = tmp_path / "baseline" / "round-0"
+    base.mkdir(parents=True)
+    (base / "cluster.json").write_text(json.dumps({"runs": [{"nodes": nodes, "attempts": [first, retry]}]}))
+    write_ledger(tmp_path / "candidate" / "round-0", "n-w2")
+    assert [n["node_id"] for n in engine_node_sets(base)["e1"]] == ["n-head", "n-w2"]
+    text = ab_rounds.nodes_markdown(tmp_path, 1)
+    assert "| SPLIT over several nodes; OTHER NODE TYPE (H200 vs H100) |" in text
+    assert "0 of 1 round pairs ran on the same node; 1 on another node type." in text

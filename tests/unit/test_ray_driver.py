@@ -197,3 +197,37 @@ def test_a_config_the_cluster_cannot_hold_is_skipped_and_the_others_run(run):
     status, reason = statuses[big.groups[0][0].id]
     assert status == "skipped" and reason.startswith("cluster: needs 2 bench_gpu across nodes")
     assert len(fake.submitted) == 1
+
+
+def test_a_failure_on_record_is_not_overwritten_by_a_skip(run, tmp_path):
+    """Found in review: `--rerun-failed` on a cluster that cannot place the config now replaced the earlier failed
+    record (its reason, detail and raw rows) with a skip, which a plain --resume then runs again."""
+    small, big = plan_for(tp=1), plan_for(tp=2)
+    mixed = make_plan(small.profile, Machine("cpu"))
+    mixed.groups = [small.groups[0], big.groups[0]]
+    store = SweepStore(tmp_path / "results")
+    failed = big.groups[0][1][0]
+    store.save_point({**base_record(failed), "status": "failed", "reason": "engine-dead", "detail": "EngineCore died"})
+    store, _, _, _ = run(mixed, events_ok)
+    kept = store.points()[failed.id]
+    assert (kept["status"], kept["reason"], kept["detail"]) == ("failed", "engine-dead", "EngineCore died")
+    others = [p for p in big.groups[0][1] if p.id != failed.id]
+    assert all(store.points()[p.id]["status"] == "skipped" for p in others)
+
+
+def test_a_new_start_of_an_engine_clears_the_engine_records_of_an_earlier_one(run, tmp_path):
+    """Found in review: the node's own clear ran in its temporary folder, so after a node-lost retry or a Ray resume
+    effective/<engine>/ held the records of two starts, and the report summarised whichever had the lower pid."""
+    plan = plan_for()
+    engine = plan.groups[0][0]
+    old = tmp_path / "results" / "effective" / engine.id / "effective-rank0-pid1.json"
+    old.parent.mkdir(parents=True)
+    old.write_text("{}")
+
+    def script(task, node):
+        events = events_ok(task, node)
+        new = (f"effective/{task.engine.id}/effective-rank0-pid{100 + task.attempt}.json", b"{}")
+        return [events[0], {"event": "sync", "files": [new], "appends": []}, *events[1:]]
+
+    run(plan, script)
+    assert sorted(p.name for p in old.parent.iterdir()) == ["effective-rank0-pid100.json"]
