@@ -100,6 +100,8 @@ def run_ab(
         raise BenchError("ab --calibrate runs an A/A of the baseline: give no --candidate (calibrate, then compare)")
     if ray is not None:
         ab_rounds.check_envs([a.patch, b.patch])
+        if calibrate:  # the cluster's nodes, not this machine, would be measured and the key would name this one
+            raise BenchError("ab --calibrate --ray is not supported: a calibration is kept per machine, not cluster")
     if resume and (out is None or not Path(out).is_dir()):
         raise BenchError(f"ab --resume needs --out, the folder of the A/B to continue ({out} is not one)")
     out = Path(out or REPO / "reports" / f"ab-{Path(profile).stem}-{dt.datetime.now():%Y%m%d-%H%M%S}")
@@ -110,8 +112,12 @@ def run_ab(
     from bench.plan import plan_sweep
 
     planned = plan_sweep(profile, dry_run=True)
-    if expected_noise is None:
-        expected_noise, why = calibration.planning_noise(planned.profile.name, detect_machine(), CPU_AA_BETWEEN_CV)
+    profile_key = calibration.profile_key(planned.profile, repeat)
+    if expected_noise is None and ray is not None:
+        expected_noise = CPU_AA_BETWEEN_CV
+        print(f"ab noise: no calibration on a Ray cluster: planning with {expected_noise:.1%}", file=sys.stderr)
+    elif expected_noise is None:
+        expected_noise, why = calibration.planning_noise(profile_key, detect_machine(), CPU_AA_BETWEEN_CV)
         print(f"ab noise: {why}", file=sys.stderr, flush=True)
     tests = len(planned.runnable) * len(GATED)  # each point is gated on every GATED metric
     levels = _looks(rounds, max_rounds, alpha, tests, correction, paired)
@@ -121,7 +127,7 @@ def run_ab(
     result, looks = _run_rounds(max_rounds or rounds, levels, alpha, gate, a, b, out, profile, repeat, ray)
     code = _write_compare(out, result, looks, ray)
     if calibrate:
-        _store_calibration(out, planned.profile.name)
+        _store_calibration(out, profile_key)
         return ExitCode.OK if code != ExitCode.GATE_FAILED else code  # an A/A that "regressed" says so
     return code
 

@@ -3,7 +3,7 @@ machine and keeps the between-server-start CV of the gated metrics here, per pro
 `bench ab` of that profile on that machine plans with it, or says plainly that it has none.
 
 Stored in the cache folder (bench.bandwidth.default_cache_dir: $BENCH_CACHE_DIR, else ~/.cache/bench) as
-calibration.json: {"<profile> @ <machine>": entry}. An entry holds, per gated metric, the median and the largest
+calibration.json: {"<profile> (<content id>, repeat <n>) @ <machine>": entry}. An entry holds, per gated metric, the median and the largest
 between-start CV over the profile's points (both sides of the A/A pooled per point: they ran the same thing), the
 starts and points it rests on, when and with which bench it was measured. Planning uses the largest CV of output
 throughput: the noisiest point sets the design.
@@ -20,6 +20,8 @@ from bench.bandwidth import default_cache_dir
 from bench.environment import suite_git
 from bench.files import atomic_write_json
 from bench.hardware import Machine
+from bench.ids import stable_id
+from bench.profile import Profile
 from bench.progress import now
 
 FILE = "calibration.json"
@@ -31,6 +33,13 @@ def machine_label(machine: Machine) -> str:
     if machine.platform == "gpu":
         return f"{machine.gpus} x {machine.gpu_name or 'GPU'} (driver {machine.driver or '?'})"
     return f"{machine.cpu or 'CPU'} ({machine.cpu_count} cores)"
+
+
+def profile_key(profile: Profile, repeat: int) -> str:
+    """What a calibration measured besides the machine: the profile by name and content (an edited copy under the
+    same name is another profile) and the trials per server start (`--repeat`: a start's mean over more trials
+    varies less)."""
+    return f"{profile.name} ({stable_id(profile.model_dump(mode='json', exclude={'source'}))}, repeat {repeat})"
 
 
 def key(profile: str, machine: Machine) -> str:

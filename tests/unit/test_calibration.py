@@ -47,3 +47,15 @@ def test_store_and_plan(tmp_path):
 def test_ab_needs_a_candidate_unless_calibrating(capsys):
     assert main(["ab", "tiny", "--baseline", ".venv"]) == 1
     assert "--candidate ENV is required (or --calibrate" in capsys.readouterr().err
+
+
+def test_the_key_names_the_profiles_content_and_repeat_not_only_its_name():
+    """Found in review: the key was the profile's `name`, so an edited copy under the same name, or a plan with
+    another --repeat (a start's mean over more trials varies less), reused a calibration that did not measure it."""
+    from bench.profile import load_profile
+
+    tiny = load_profile("tiny", "cpu")
+    edited = tiny.model_copy(update={"run": tiny.run.model_copy(update={"num_prompts": tiny.run.num_prompts + 1})})
+    keys = {C.profile_key(tiny, 1), C.profile_key(tiny, 3), C.profile_key(edited, 1)}
+    assert len(keys) == 3 and all(k.startswith("tiny (") for k in keys)
+    assert C.profile_key(tiny, 1) == C.profile_key(load_profile("tiny", "cpu"), 1), "stable for the same profile"
