@@ -146,6 +146,13 @@ def _looks(
             f"ab --rounds {rounds} --max-rounds {max_rounds}: no look can reach its spent alpha at {tests} gated "
             "tests; raise --max-rounds"
         )
+    if (last := max(levels)) < max_rounds:  # the rounds after it would run and never be judged
+        unjudged = f"round {max_rounds}" if last + 1 == max_rounds else f"rounds {last + 1}-{max_rounds}"
+        raise BenchError(
+            f"ab --rounds {rounds} --max-rounds {max_rounds}: the look after round {max_rounds} cannot reach the "
+            f"alpha left for it at {tests} gated tests, so {unjudged} would run unjudged; use "
+            f"--max-rounds {last}, or more rounds"
+        )
     return levels
 
 

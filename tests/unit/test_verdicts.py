@@ -377,3 +377,16 @@ def test_power_at_the_printed_detectable_effect_is_eighty_percent():
         found = compare_paired([[1.0]] * 11, [[1.0 + x] for x in d], True, min_effect=0.0, alpha=level)
         hits += found.verdict == "slower"
     assert 0.72 <= hits / 300 <= 0.88
+
+
+def test_a_sequential_design_whose_last_look_is_unreachable_is_refused():
+    """Found in review: at --rounds 7 --max-rounds 8, paired, 2 tests, the look after round 8 cannot reach the
+    alpha left for it (0.0069 per test, the smallest paired p at 8 rounds is 0.0078): round 8 ran and was never
+    judged, its alpha unspent."""
+    from bench.ab import _looks, sequential_levels
+    from bench.errors import BenchError
+
+    assert sequential_levels(7, 8, 0.05, 2, "holm", True) == {7: pytest.approx(0.0361, abs=1e-4)}
+    with pytest.raises(BenchError, match="round 8 would run unjudged; use --max-rounds 7"):
+        _looks(7, 8, 0.05, 2, "holm", True)
+    assert max(_looks(5, 10, 0.05, 2, "holm", False)) == 10
