@@ -82,6 +82,11 @@ class RunningEngine:
     request_spec: bool = False  # the server reports each request's acceptance (acceptance per category from it)
 
 
+TEXT_SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+"""What a server with text points gets: vLLM's dev endpoints, for POST /reset_prefix_cache before each text trial
+(bench.trial.reset_prefix_cache)."""
+
+
 def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> None:
     """Start the server for `engine`, run `points` on it, stop it; every point ends up with a record, unless the
     time budget leaves no room for the start (checked before the server's spec, which may generate models)."""
@@ -92,6 +97,8 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
     spec.argv += ctx.server_args
     text = any(p.workload.is_text for p in points)
     spec.argv += (flag := M.request_spec_args(engine.num_speculative_tokens, engine.serve_args, text))
+    if text:
+        spec.env.update(TEXT_SERVER_ENV)
     if ctx.capture:
         spec.argv = ctx.capture.wrap(spec.argv, engine.id)
     server = Server(spec)

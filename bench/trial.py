@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from bench import contamination
+from bench import contamination, http_client
 from bench import metrics as M
 from bench import window as W
 from bench.failures import ENGINE_FATAL, classify_log
@@ -226,7 +226,7 @@ def _random_load(tc: TrialContext, point: Point, number: int, attempt: int, mark
             concurrency=shape.concurrency,
             on_measure_start=marks.start,
             arrival=point.arrival,
-            seed=int_seed(name("schedule", 0)),
+            seed=schedule_seed(tc.salt, point, number, attempt),
             **common,
         )
         return {"kind": "scheduled", "warmup": warmup}
@@ -253,6 +253,30 @@ def _random_load(tc: TrialContext, point: Point, number: int, attempt: int, mark
     return {"kind": "closed-loop", "concurrency": concurrency, "warmup": warmup, **used, **rule.record()}
 
 
+def reset_prefix_cache(base_url: str) -> bool:
+    """Empty the server's prefix cache before a text trial (vLLM's `POST /reset_prefix_cache`, served with
+    VLLM_SERVER_DEV_MODE=1, which the sweep sets for a server with text points): a dataset smaller than what one
+    server is sent starts its order over, and the conversations sent again would hit what an earlier point left
+    in the cache. False when the server has no such endpoint (a `load --url` server without dev mode) or refused
+    (requests still running): the trial records it (`trials[].load.prefix_cache_reset`)."""
+    try:
+        body = http_client.post(f"{base_url}/reset_prefix_cache", None, timeout=30)
+    except OSError:
+        return False
+    try:
+        answer = json.loads(body or b"{}")
+    except json.JSONDecodeError:
+        return True  # a 2xx without JSON (older vLLM): done
+    return bool(answer.get("success", True)) if isinstance(answer, dict) else True
+
+
+def schedule_seed(salt: str, point: Point, trial: int, attempt: int) -> int:
+    """The seed of an open loop's arrival schedule: the run's salt and the point's load (`Point.load_id`), not its
+    engine, so a speculating point and its k = 0 baseline are sent requests at the same times (they were drawn
+    apart: the ratio carried two schedules' noise)."""
+    return int_seed(f"{salt}/{point.load_id}/{trial}/{attempt}/schedule")
+
+
 def text_order_seed(salt: str, workload: Workload) -> int:
     """The seed of one run's order of a dataset: the run's salt and the dataset's source table, not the folder its
     relative paths start from (`dataset_key` has it), so the same salt replays the same conversations from any
@@ -272,7 +296,7 @@ def _text_load(tc: TrialContext, point: Point, number: int, attempt: int, marks:
         seed = run.seed + 1000 * number
         convs = dataset.pick(warmup + point.num_prompts, seed=seed)
     else:  # one order per run and dataset, a stretch of it per point, trial and attempt: nothing sent twice
-        seed = int_seed(f"{tc.salt}/{point.id}/{number}/{attempt}")  # the arrival schedule's
+        seed = schedule_seed(tc.salt, point, number, attempt)
         start = tc.plan.sample_start(point, number, attempt, len(dataset.categories))
         order = text_order_seed(tc.salt, w)
         convs, again = dataset.take(warmup + point.num_prompts, seed=order, start=start)
@@ -283,6 +307,7 @@ def _text_load(tc: TrialContext, point: Point, number: int, attempt: int, marks:
     # label and its baseline (found in review: 0.62x for identical servers). Per-category acceptance comes from the
     # server's per-request numbers, or from a workload per category (`categories = [...]`).
     windows: list[tuple[str | None, list]] = [(None, convs[warmup:])]
+    reset = reset_prefix_cache(tc.server.base_url)  # under prompt_reuse too: the reuse is of picks, not of cache
     run_conversations(
         tc.server.base_url,
         tc.model,
@@ -298,6 +323,7 @@ def _text_load(tc: TrialContext, point: Point, number: int, attempt: int, marks:
         records=records,
     )
     load = {"kind": "conversations", "warmup": warmup, "concurrency": closed_loop_concurrency(point)}
+    load["prefix_cache_reset"] = reset
     return load | ({"samples": samples} if samples else {})
 
 

@@ -24,6 +24,7 @@ import pytest
 from scipy import stats
 
 from bench.compare import compare_dirs
+from bench.executor import TEXT_SERVER_ENV
 from bench.hardware import detect_machine
 from bench.launch import server_spec
 from bench.patching import apply_series, locate_vllm
@@ -49,6 +50,7 @@ def server(tmp_path_factory):
     ((engine, _),) = plan.groups
     spec, _ = server_spec(engine, SweepStore(tmp_path_factory.mktemp("server")), plan.flavor)
     assert not any("per-request" in a for a in spec.argv)
+    spec.env.update(TEXT_SERVER_ENV)  # as a sweep starts a server with text points
     running = Server(spec)
     running.start(600)
     yield running
@@ -98,6 +100,18 @@ def test_every_workload_runs_with_per_category_rows(loaded):
     assert {d["kind"] for d in manifest["datasets"]} == {"mt-bench", "jsonl"}
     summary = (loaded.root / "report" / "summary.md").read_text()
     assert "## Acceptance per workload and category" in summary and "| roleplay |" in summary
+
+
+def test_every_text_trial_starts_with_an_empty_prefix_cache(loaded, server):
+    """Each text trial POSTs vLLM's /reset_prefix_cache first (a dataset smaller than what one server is sent comes
+    round again, and would hit what an earlier point left): every text trial records it done, and vLLM logged one
+    reset per text trial."""
+    text = [p for p in loaded.points().values() if p["workload"].get("kind") == "text"]
+    trials = [t for p in text for t in p["trials"]]
+    assert trials and all(t["load"]["prefix_cache_reset"] is True for t in trials)
+    attempts = sum(1 + len(t.get("discarded") or []) for t in trials)  # a re-measured window resets again
+    logged = server.spec.log_path.read_text().count("Resetting prefix cache")
+    assert logged == attempts, (logged, attempts)
 
 
 def test_mt_bench_second_turn_follows_the_models_own_answer(loaded, server):

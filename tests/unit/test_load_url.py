@@ -76,6 +76,7 @@ def test_records_points_of_the_sweep_and_acceptance_per_category(profile, tmp_pa
     text = next(p for p in points.values() if p["label"]["workload"] == "notes")
     assert text["effective"]["source"] == "running server (load --url)" and text["mismatch"] == []
     assert text["trials"][0]["load"]["samples"] == {"start_round": 0, "repeated": 0, "conversations": 12}
+    assert text["trials"][0]["load"]["prefix_cache_reset"] is False  # the stand-in has no /reset_prefix_cache
     cats = {c["category"]: c for c in text["categories"]}
     assert set(cats) == {"a", "b"}
     for c in cats.values():  # the stand-in accepts 2 of 3 draft tokens per step
