@@ -22,7 +22,7 @@ from bench import metrics as M
 from bench.effective import clear_records, load_records, mismatches, read_effective, record_env
 from bench.files import atomic_write_json
 from bench.fmt import fmt
-from bench.launch import SERVED_NAME, server_spec
+from bench.launch import SERVED_NAME, TEXT_SERVER_ENV, server_spec
 from bench.plan import EngineConfig, Plan, Point, dataset_for
 from bench.progress import Progress, base_record, now
 from bench.server import Server, ServerFailed
@@ -80,11 +80,6 @@ class RunningEngine:
     info: dict  # argv, start time, seconds to ready, pids, log: the record's "server"
     model: str = SERVED_NAME  # the served model name requests ask for
     request_spec: bool = False  # the server reports each request's acceptance (acceptance per category from it)
-
-
-TEXT_SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
-"""What a server with text points gets: vLLM's dev endpoints, for POST /reset_prefix_cache before each text trial
-(bench.trial.reset_prefix_cache)."""
 
 
 def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> None:

@@ -49,6 +49,11 @@ def prompt_ids(target: str) -> Sequence[int]:
     return prompt_vocab(target).allowed()
 
 
+TEXT_SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+"""What a server with text points gets (bench.executor.run_engine): vLLM's dev endpoints, for POST
+/reset_prefix_cache before each text trial (bench.trial.reset_prefix_cache)."""
+
+
 def server_spec(
     engine: EngineConfig,
     store: SweepStore,
@@ -118,6 +123,9 @@ def describe_plan(plan: Plan, draft_keys: str = "legacy", check_flags: bool = Tr
                 f"  {dcp_loopback.ENV}={engine.dcp_size}: vLLM's DCP code as rank 0 of {engine.dcp_size} identical ranks "
                 "on a loopback group (collectives local; their NVLink cost modelled apart)"
             )
+        if _has_text(points):
+            env = " ".join(f"{k}={v}" for k, v in TEXT_SERVER_ENV.items())
+            lines.append(f"  {env}: POST /reset_prefix_cache before each text trial")
         lines.append("  python " + " ".join(_quote(a) for a in argv[1:]).replace("--port 0", "--port <free>"))
         if check_flags:
             checked, problem = vllm_argv.check(argv)

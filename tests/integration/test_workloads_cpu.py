@@ -24,9 +24,8 @@ import pytest
 from scipy import stats
 
 from bench.compare import compare_dirs
-from bench.executor import TEXT_SERVER_ENV
 from bench.hardware import detect_machine
-from bench.launch import server_spec
+from bench.launch import TEXT_SERVER_ENV, server_spec
 from bench.patching import apply_series, locate_vllm
 from bench.plan import make_plan
 from bench.profile import load_profile
