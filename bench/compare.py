@@ -159,7 +159,7 @@ def judge(
         "paired": paired,
         "failures": failures({}, {}),
         "flagged": flagged({}, {}, []),
-        "unjudged": unjudged({}, {}),
+        "no_baseline": no_baseline({}, {}),
     }
 
 
@@ -197,9 +197,7 @@ def compare_dirs(baseline: Path, candidate: Path, **options) -> dict:
         **result,
         "failures": failures(base, cand),
         "flagged": flagged(base, cand, matched),
-        "unjudged": unjudged(base, cand),
-        "only_baseline": sorted(base[p].label for p in set(base) - set(cand) if not base[p].skipped),
-        "only_candidate": sorted(cand[p].label for p in set(cand) - set(base) if not cand[p].skipped),
+        "no_baseline": no_baseline(base, cand),
         "decomposition": decompose(result["table"]),
         "baseline": str(baseline),
         "candidate": str(candidate),
@@ -240,7 +238,7 @@ def failures(base: dict[str, PointSide], cand: dict[str, PointSide]) -> pd.DataF
     return pd.DataFrame(rows, columns=["point_id", "label", "problem", "detail", "gated"])
 
 
-def unjudged(base: dict[str, PointSide], cand: dict[str, PointSide]) -> pd.DataFrame:
+def no_baseline(base: dict[str, PointSide], cand: dict[str, PointSide]) -> pd.DataFrame:
     """Points the candidate ran (ok or failed) that the baseline has no ok server start of: failed there, failed
     on both sides, or missing there. Nothing to judge them against, so a pass cannot include them (`outcome`)."""
     rows = []
@@ -312,13 +310,13 @@ def outcome(result: dict, gated=GATED) -> tuple[int, str]:
     unjudged = g[g.verdict == "insufficient data"]
     blind = g[(g.verdict == "no change") & ~(g.mde.astype(float) <= result["max_effect"])]
     suspect = result["flagged"][result["flagged"].point_id.isin(g.point_id)]
-    no_baseline = result.get("unjudged", pd.DataFrame())
-    if len(unjudged) or len(blind) or len(suspect) or len(no_baseline):
+    orphans = result["no_baseline"]
+    if len(unjudged) or len(blind) or len(suspect) or len(orphans):
         why = []
-        if len(no_baseline):
+        if len(orphans):
             why.append(
-                f"{len(no_baseline)} point(s) without an ok baseline to judge against "
-                f"({', '.join(sorted(set(no_baseline.problem)))})"
+                f"{len(orphans)} point(s) without an ok baseline to judge against "
+                f"({', '.join(sorted(set(orphans.problem)))})"
             )
         if len(unjudged):
             why.append(
@@ -392,7 +390,7 @@ def compare_markdown(result: dict) -> str:
         lines += ["### Failed or missing in the candidate", ""]
         rows = ([r.label, r.problem, r.detail, "yes" if r.gated else "no"] for r in f.itertuples())
         lines += [*md_rows(["point", "problem", "detail", "gates"], rows), ""]
-    orphans = result.get("unjudged", pd.DataFrame())
+    orphans = result["no_baseline"]
     if not orphans.empty:
         lines += ["### Not judged: no ok baseline (a pass cannot include them)", ""]
         lines += [*md_rows(["point", "problem"], ([r.label, r.problem] for r in orphans.itertuples())), ""]

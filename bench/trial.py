@@ -161,20 +161,22 @@ def _run_trial(tc: TrialContext, point: Point, number: int, attempt: int) -> Tri
 
 @dataclass
 class _Marks:
-    """The counters at the start of each measured window (and the capture started at the first)."""
+    """The counters at the start of the trial's measured window (and the capture started there)."""
 
     server: Serving
     capture: Capture | None
-    snapshots: list[tuple[str | None, dict]] = field(default_factory=list)
+    before: dict | None = None
 
-    def start(self, window: str | None = None) -> None:
-        self.snapshots.append((window, counters(self.server)))
-        if self.capture and len(self.snapshots) == 1:
-            self.capture.start(self.server.base_url)
+    def start(self, _window: str | None = None) -> None:
+        """At the measured window's start (once: a trial has one window)."""
+        if self.before is None:
+            self.before = counters(self.server)
+            if self.capture:
+                self.capture.start(self.server.base_url)
 
     def trial(self, rows: list[dict], after: dict, load: dict) -> Trial:
         """The trial, its counters from the start of its measured window to `after`."""
-        return Trial(rows, self.snapshots[0][1] if self.snapshots else {}, after, load)
+        return Trial(rows, self.before or {}, after, load)
 
 
 def warmup_count(tc: TrialContext, point: Point, concurrency: int) -> int:

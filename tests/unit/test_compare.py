@@ -216,7 +216,7 @@ def test_a_point_without_an_ok_baseline_makes_the_outcome_inconclusive_not_a_pas
                 write_start(b / f"round-{r}", [1000.0], 10.0, rng, point_id="p2", status=b_status)
             write_start(c / f"round-{r}", [1000.0], 10.0, rng, point_id="p2", status=c_status)
         result = compare_dirs(b, c)
-        assert list(result["unjudged"].problem) == [problem]
+        assert list(result["no_baseline"].problem) == [problem]
         code, line = outcome(result)
         assert (
             code == ExitCode.INCONCLUSIVE and f"1 point(s) without an ok baseline to judge against ({problem})" in line
@@ -251,9 +251,10 @@ def test_a_level_no_number_of_starts_reaches_is_unreachable_not_an_endless_loop(
     assert not ok and "no number of server starts reaches" in text
 
 
-def test_ab_calibrate_with_a_candidate_is_refused(tmp_path):
+def test_ab_calibrate_with_a_candidate_is_refused(tmp_path, capsys):
     """Found in review: `ab --calibrate --candidate X` ran an A/B, exited 0 when inconclusive and stored the A/B's
     spread, treatment included, as this machine's noise."""
     out = tmp_path / "ab"
     args = ["ab", "tiny", "--baseline", sys.executable, "--candidate", sys.executable, "--calibrate"]
     assert main([*args, "--candidate-env", "BENCH_STEP_DELAY_MS=5", "--out", str(out)]) == 1 and not out.exists()
+    assert "ab --calibrate runs an A/A of the baseline" in capsys.readouterr().err
