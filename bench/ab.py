@@ -276,10 +276,25 @@ def sequential_levels(
     return levels
 
 
+def round_salt(out: Path, r: int) -> str:
+    """The prompt salt of round r, both sides': the A/B's own salt (made on its first call, kept in
+    `OUT/prompt-salt` so that `ab --resume` sends what the cut run would have) and the round. Each round's sides
+    are new server starts, so the same prompts on both hit no cache; the next round draws fresh ones."""
+    from bench.prompts import new_salt
+
+    path = out / "prompt-salt"
+    if not path.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, new_salt().encode())
+    return f"{path.read_text().strip()}-r{r}"
+
+
 def _round(r: int, total: int, a: Env, b: Env, out: Path, profile: str, repeat: int, ray: str | None) -> None:
-    """Round r: both sides' sweeps, in the order A B on even rounds and B A on odd ones."""
+    """Round r: both sides' sweeps, in the order A B on even rounds and B A on odd ones, sent the same prompts
+    (one salt a round: `round_salt`), so that a text workload's sides get the same conversations."""
     from bench.distributed import ab_rounds
 
+    salt = round_salt(out, r)
     order = [("baseline", a), ("candidate", b)] if r % 2 == 0 else [("candidate", b), ("baseline", a)]
     for side, env in order:
         if env.patch and _run(env, ["patch", "apply" if env.patch == "patched" else "revert"]) != 0:
@@ -302,6 +317,8 @@ def _round(r: int, total: int, a: Env, b: Env, out: Path, profile: str, repeat: 
                 str(repeat),
                 "--draft-keys",
                 env.draft_keys,
+                "--prompt-salt",
+                salt,
                 *(ab_rounds.sweep_args(ray, out, r, order[0][0] if side != order[0][0] else None) if ray else []),
             ],
         )

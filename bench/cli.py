@@ -66,6 +66,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         ray=args.ray,
         ray_same_nodes=args.ray_same_nodes,
         time_budget_s=args.time_budget,
+        prompt_salt=args.prompt_salt,
     )
     if args.dry_run:
         print(dry_run(request))

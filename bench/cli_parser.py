@@ -70,6 +70,11 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     sweep.add_argument("--quiet", action="store_true", help="no progress lines")
     sweep.add_argument("--repeat", type=int, help="trials per point (default: the profile's run.repeat)")
     sweep.add_argument(
+        "--prompt-salt",
+        help="name every prompt with this salt instead of a new one (a manifest's prompt_salt: the same prompts "
+        "again; `bench ab` gives both sides of a round one salt)",
+    )
+    sweep.add_argument(
         "--profile-points",
         action="store_true",
         help="attach a capture to every point run (nsys when found, else the in-process timing mode)",

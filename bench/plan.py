@@ -411,10 +411,11 @@ def plan_sweep(
     repeat: int | None = None,
     points: list[str] | None = None,
     detected: Machine | None = None,
+    prompt_salt: str | None = None,
 ) -> Plan:
     """The plan of `bench sweep`, its profile read once. It runs on this machine (`detected`, default: detect it);
     a dry run may plan for the profile's [hardware] or for `platform` instead. `repeat` overrides run.repeat;
-    `points` keeps the points whose id starts with one of them."""
+    `points` keeps the points whose id starts with one of them; `prompt_salt` overrides run.prompt_salt."""
     detected = detected or detect_machine()
     variants = load_profile_variants(profile)
     hw = variants[detected.platform].hardware
@@ -429,6 +430,10 @@ def plan_sweep(
         if repeat < 1:
             raise BenchError("--repeat must be >= 1")
         chosen = chosen.model_copy(update={"run": chosen.run.model_copy(update={"repeat": repeat})})
+    if prompt_salt is not None:
+        if not prompt_salt.strip() or "/" in prompt_salt:
+            raise BenchError(f"--prompt-salt {prompt_salt!r}: give a non-empty string without '/'")
+        chosen = chosen.model_copy(update={"run": chosen.run.model_copy(update={"prompt_salt": prompt_salt})})
     plan = make_plan(chosen, machine)
     plan = plan.select(points) if points is not None else plan
     return plan if dry_run else load_datasets(plan)

@@ -68,6 +68,7 @@ class SweepRequest:
     ray: str | None = None  # a Ray cluster's address ("auto": RAY_ADDRESS / this node's); NxG describes one (dry run)
     ray_same_nodes: Path | None = None  # with ray: each engine config on the node that ran it in this results dir
     time_budget_s: float | None = None  # seconds this run may take (SweepOptions.time_budget_s)
+    prompt_salt: str | None = None  # names every prompt instead of a new salt (bench.prompts; `ab` shares a round's)
 
 
 @dataclass(frozen=True)
@@ -138,9 +139,21 @@ def _plan(request: SweepRequest, dry_run: bool) -> Plan:
     if request.ray is not None:  # planned for the cluster, not for this machine
         from bench.distributed.planning import ray_plan
 
-        return ray_plan(request.ray, request.profile, repeat=request.repeat, points=request.points, dry_run=dry_run)
+        return ray_plan(
+            request.ray,
+            request.profile,
+            repeat=request.repeat,
+            points=request.points,
+            dry_run=dry_run,
+            prompt_salt=request.prompt_salt,
+        )
     return plan_sweep(
-        request.profile, platform=request.platform, dry_run=dry_run, repeat=request.repeat, points=request.points
+        request.profile,
+        platform=request.platform,
+        dry_run=dry_run,
+        repeat=request.repeat,
+        points=request.points,
+        prompt_salt=request.prompt_salt,
     )
 
 
@@ -251,6 +264,12 @@ def _write_manifest(store: SweepStore, plan: Plan, options: SweepOptions, resume
         manifest["environment"] = first
         manifest["sessions"] = (old.get("sessions") or [first]) + [environment]
         manifest["resumed"] = old.get("resumed", []) + [now()]
+        asked = plan.profile.run.prompt_salt
+        if asked and old.get("prompt_salt") and asked != old["prompt_salt"]:
+            raise BenchError(
+                f"--resume: {store.root} sent its prompts with salt {old['prompt_salt']}, not {asked}: resume it "
+                "with its own salt (or none), or start another --out"
+            )
         manifest["prompt_salt"] = old.get("prompt_salt") or manifest["prompt_salt"]
         if old.get("migrations"):  # bench migrate's steps (bench/migrate.py)
             manifest["migrations"] = old["migrations"]

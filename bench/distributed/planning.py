@@ -25,13 +25,19 @@ def cluster_for(address: str, profile: str | None) -> tuple[Cluster, str | None]
 
 
 def ray_plan(
-    address: str, profile: str | None, *, repeat: int | None, points: list[str] | None, dry_run: bool = False
+    address: str,
+    profile: str | None,
+    *,
+    repeat: int | None,
+    points: list[str] | None,
+    dry_run: bool = False,
+    prompt_salt: str | None = None,
 ) -> Plan:
     """The plan for the cluster: its platform and all its accelerators (bench.distributed.placement then says
     which engine configs fit one node, which need several and which none)."""
     cluster, arch = cluster_for(address, profile)
     machine = cluster_machine(cluster, detect_machine(), arch)
-    plan = plan_sweep(profile, dry_run=dry_run, repeat=repeat, points=points, detected=machine)
+    plan = plan_sweep(profile, dry_run=dry_run, repeat=repeat, points=points, detected=machine, prompt_salt=prompt_salt)
     if plan.machine != machine:  # a dry run plans for the profile's [hardware]; this one for the cluster
         plan = make_plan(plan.profile, machine)
         plan = plan.select(points) if points is not None else plan

@@ -220,6 +220,32 @@ def test_a_resumed_sweep_keeps_its_prompt_salt_and_sends_the_same_prompts_again(
     assert not any(p in others for p in rerun), "no prompt of another point"
 
 
+def test_a_given_prompt_salt_sends_the_same_prompts_to_another_folder_and_a_resume_keeps_its_own(scripted, tmp_path):
+    """`sweep --prompt-salt` (what `bench ab` gives both sides of a round): two results folders swept with one salt
+    send the same prompts, point by point; a new salt sends others; resuming a folder with another salt than its
+    own is refused before anything runs."""
+    from bench.errors import BenchError
+
+    script, _, _ = scripted
+
+    def sent(out, salt, **options) -> list[list[str]]:
+        profile = parse_profile(PROFILE | {"run": PROFILE["run"] | {"prompt_salt": salt}}, "cpu", "scripted.toml")
+        start = len(script["loads"])
+        run_sweep(make_plan(profile, Machine("cpu")), out, SweepOptions(quiet=True, **options))
+        return [c["prompts"] for c in script["loads"][start:]]
+
+    side_a, side_b = sent(tmp_path / "a", "s1-r0"), sent(tmp_path / "b", "s1-r0")
+    assert SweepStore(tmp_path / "b").manifest()["prompt_salt"] == "s1-r0"
+    assert side_a == side_b and len(side_a) == 6  # 3 shapes x 2 trials, the same prompts on both sides
+    other = sent(tmp_path / "c", "s1-r1")
+    assert not any(p in side_a[i] for i, call in enumerate(other) for p in call), "another round: fresh prompts"
+    next(iter(sorted((tmp_path / "a" / "points").glob("*.json")))).unlink()  # a point left to run
+    with pytest.raises(BenchError, match="sent its prompts with salt s1-r0, not s1-r1"):
+        sent(tmp_path / "a", "s1-r1", resume=True)
+    rerun = sent(tmp_path / "a", "s1-r0", resume=True)  # its own salt: the lost point's prompts again
+    assert len(rerun) == 2 and all(call in side_a for call in rerun)
+
+
 def test_a_resume_keeps_what_earlier_points_ran_on_and_lists_every_session(scripted, monkeypatch):
     """A resume from another commit (another lease, another day) must not rewrite the environment the first
     session's points were measured in: the manifest keeps the first environment and lists every session, and the

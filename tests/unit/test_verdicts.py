@@ -304,6 +304,41 @@ def test_ab_resume_continues_a_cut_run_and_reruns_only_what_is_missing(tmp_path,
     assert got == ExitCode.GATE_FAILED  # a 30% slower candidate over all 5 rounds
 
 
+def test_ab_sends_both_sides_of_a_round_the_same_prompts_and_each_round_fresh_ones(tmp_path, monkeypatch, rng):
+    """Each `ab` round passes one `--prompt-salt` to both sides' sweeps (a text workload's sides get the same
+    conversations), a new one the next round; `ab --resume` keeps the A/B's salt, so a cut round's missing side
+    is sent what its other side was."""
+    from bench import ab
+    from bench.errors import BenchError
+
+    salts: dict[str, str] = {}
+    cut = {"at": ("candidate", 1)}
+
+    def fake_run(env, args):
+        if args[0] != "sweep":
+            return 0
+        out = Path(args[args.index("--out") + 1])
+        side, r = out.parent.name, int(out.name.split("-")[1])
+        salts[f"{side}-{r}"] = args[args.index("--prompt-salt") + 1]
+        if (side, r) == cut["at"]:
+            raise BenchError("the call's time limit")
+        if not (out / "points").is_dir():
+            write_start(out, [rng.normal(1000, 5)], 10.0, rng)
+        return 0
+
+    monkeypatch.setattr(ab, "_run", fake_run)
+    env = ab.Env("python", None)
+    with pytest.raises(BenchError, match="time limit"):
+        ab.run_ab("tiny", env, env, rounds=5, out=tmp_path / "ab", expected_noise=0.05)
+    first = dict(salts)
+    cut["at"] = None
+    ab.run_ab("tiny", env, env, rounds=5, out=tmp_path / "ab", expected_noise=0.05, resume=True)
+    assert salts["candidate-1"] == first["candidate-1"], "the resumed round: the salt it had"
+    for r in range(5):
+        assert salts[f"baseline-{r}"] == salts[f"candidate-{r}"]
+    assert len({salts[f"baseline-{r}"] for r in range(5)}) == 5
+
+
 def test_ab_calibrate_stores_the_between_start_noise_and_never_fails_an_a_a(tmp_path, monkeypatch, rng):
     """`ab --calibrate` (an A/A): after its rounds, the between-start CV of each gated metric goes to calibration.json
     and the machine's store, which later plans read; the exit is 0 unless the A/A itself says "slower"."""
