@@ -48,7 +48,6 @@ class RequestRecord:
     category: str | None = None
     conversation: str | None = None  # the conversation's id in its dataset (text)
     turn: int | None = None  # 0-based user turn of the conversation (text)
-    window: str | None = None  # the category measured alone in its own /metrics window, when categories ran so
     due_s: float | None = None  # when its slot was due, from the start of its phase (the arrival schedule)
     arrival_time: float | None = None  # when it was due and the pacer woke (perf_counter clock)
     start_time: float | None = None  # when it got a concurrency slot (a conversation: its first turn's)
@@ -230,13 +229,11 @@ def chat_body(model: str, messages: list[dict], settings: TextSettings, max_toke
 
 @dataclass(frozen=True)
 class Phase:
-    """Units sent under one schedule: random prompts, or conversations. `window`: the /metrics window it is
-    (a category measured alone), None for the whole measured load."""
+    """Units sent under one schedule: random prompts, or conversations."""
 
     name: str  # "warmup" or "measure"
     units: Sequence[list[int] | Conversation]
     plan: Schedule
-    window: str | None = None
 
 
 async def _run_phase(load: _Load, phase: Phase, send_unit) -> None:
@@ -269,12 +266,12 @@ async def _drive(
     send_unit,
     stall_s: float,
     check_alive: Callable[[], None],
-    on_measure_start: Callable[[str | None], None],
+    on_measure_start: Callable[[], None],
 ) -> None:
     async def run_phases() -> None:
         for phase in phases:
             if phase.name == "measure":  # the callback may block (it scrapes /metrics): off the event loop
-                await asyncio.get_running_loop().run_in_executor(None, on_measure_start, phase.window)
+                await asyncio.get_running_loop().run_in_executor(None, on_measure_start)
             if phase.units:
                 await _run_phase(load, phase, send_unit)
 
@@ -325,7 +322,7 @@ def run_load(
         out.append(rec)
         await _one(session, load, rec, "/v1/completions", completion_body(model, prompt, max_tokens))
 
-    asyncio.run(_drive(load, phases, send_unit, stall_s, check_alive, lambda _window: on_measure_start()))
+    asyncio.run(_drive(load, phases, send_unit, stall_s, check_alive, on_measure_start))
     return records
 
 
@@ -334,28 +331,25 @@ def run_conversations(
     model: str,
     *,
     warmup: list[Conversation],
-    windows: list[tuple[str | None, list[Conversation]]],
+    measured: list[Conversation],
     arrival: Arrival,
     seed: int,
     settings: TextSettings,
     stall_s: float,
     timeout_s: float,
     check_alive: Callable[[], None],
-    on_window_start: Callable[[str | None], None] = lambda _window: None,
+    on_measure_start: Callable[[], None] = lambda: None,
     records: list[RequestRecord] | None = None,
 ) -> list[RequestRecord]:
-    """Text conversations on the chat API: warmup (unpaced, at the arrival's cap), then each measured window
-    (one per category when categories are measured apart, else one: None) by `arrival`, with
-    `on_window_start(window)` before each. One schedule slot is one whole conversation; each turn is one request
+    """Text conversations on the chat API: warmup (unpaced, at the arrival's cap), then `on_measure_start()`, then
+    the measured conversations by `arrival`, in one window. One schedule slot is one whole conversation; each turn is one request
     and one record. A failed turn ends its conversation (the later turns would follow an answer that never came).
     Raises as run_load."""
     records = [] if records is None else records
     load = _Load(base_url, model, timeout_s, records)
     cap = Arrival.fixed_concurrency(arrival.max_concurrency or max(len(warmup), 1))
     phases = [Phase("warmup", warmup, schedule(cap, len(warmup), seed))]
-    phases += [
-        Phase("measure", convs, schedule(arrival, len(convs), seed + i), w) for i, (w, convs) in enumerate(windows)
-    ]
+    phases.append(Phase("measure", measured, schedule(arrival, len(measured), seed)))
 
     async def send_unit(session, phase: Phase, i: int, out: list[RequestRecord]) -> None:
         conv = phase.units[i]
@@ -364,7 +358,7 @@ def run_conversations(
         for turn in range(len(conv.turns)):
             max_tokens = conv.output_tokens or settings.sampling.max_tokens  # the row's own length wins
             rec = RequestRecord(len(records), phase.name, None, max_tokens, send_time=0.0, workload=settings.workload)
-            rec.category, rec.conversation, rec.turn, rec.window = conv.category, conv.id, turn, phase.window
+            rec.category, rec.conversation, rec.turn = conv.category, conv.id, turn
             records.append(rec)
             out.append(rec)
             body = chat_body(model, conv.messages(answers), settings, max_tokens)
@@ -372,7 +366,7 @@ def run_conversations(
             if rec.status != "ok":
                 break
 
-    asyncio.run(_drive(load, phases, send_unit, stall_s, check_alive, on_window_start))
+    asyncio.run(_drive(load, phases, send_unit, stall_s, check_alive, on_measure_start))
     return records
 
 

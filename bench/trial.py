@@ -167,7 +167,7 @@ class _Marks:
     capture: Capture | None
     before: dict | None = None
 
-    def start(self, _window: str | None = None) -> None:
+    def start(self) -> None:
         """At the measured window's start (once: a trial has one window)."""
         if self.before is None:
             self.before = counters(self.server)
@@ -308,20 +308,19 @@ def _text_load(tc: TrialContext, point: Point, number: int, attempt: int, marks:
     # conversations at once and added every window's ramp and drain, so the point measured another load than its
     # label and its baseline (found in review: 0.62x for identical servers). Per-category acceptance comes from the
     # server's per-request numbers, or from a workload per category (`categories = [...]`).
-    windows: list[tuple[str | None, list]] = [(None, convs[warmup:])]
     reset = reset_prefix_cache(tc.server.base_url)  # under prompt_reuse too: the reuse is of picks, not of cache
     run_conversations(
         tc.server.base_url,
         tc.model,
         warmup=convs[:warmup],
-        windows=windows,
+        measured=convs[warmup:],
         arrival=point.arrival,
         seed=seed,
         settings=TextSettings(w.sampling or Sampling(), w.chat_template_kwargs, w.id),
         stall_s=run.stall_timeout_s,
         timeout_s=run.request_timeout_s,
         check_alive=tc.server.check_alive,
-        on_window_start=marks.start,
+        on_measure_start=marks.start,
         records=records,
     )
     load = {"kind": "conversations", "warmup": warmup, "concurrency": closed_loop_concurrency(point)}

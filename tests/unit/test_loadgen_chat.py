@@ -1,6 +1,6 @@
 """The chat path of the load generator against a stand-in server: multi-turn replay after the model's own answer,
 sampling and chat_template_kwargs passed through (unset ones not sent), per-request speculative numbers read,
-measured windows one after another, arrival times in the records, and a failed turn ending its conversation."""
+the measured window after the warm-up and its callback, arrival times in the records, and a failed turn ending its conversation."""
 
 from __future__ import annotations
 
@@ -27,25 +27,25 @@ def conv(cid: str, category: str, turns: tuple[str, ...], output_tokens: int | N
     return Conversation(id=cid, category=category, turns=turns, output_tokens=output_tokens)
 
 
-def run(standin: StandIn, windows, *, warmup=(), arrival=None, settings=None, starts=None):
+def run(standin: StandIn, measured, *, warmup=(), arrival=None, settings=None, on_start=None):
     return run_conversations(
         standin.url,
         "m",
         warmup=list(warmup),
-        windows=windows,
+        measured=measured,
         arrival=arrival or Arrival.fixed_concurrency(2),
         seed=0,
         settings=settings or TextSettings(Sampling(max_tokens=5), None, "w"),
         stall_s=10,
         timeout_s=10,
         check_alive=lambda: None,
-        on_window_start=(starts.append if starts is not None else lambda _w: None),
+        on_measure_start=on_start or (lambda: None),
     )
 
 
 def test_second_turn_follows_the_models_own_answer_with_the_workloads_sampling(standin):
     settings = TextSettings(Sampling(temperature=0.7, top_k=20, max_tokens=5), {"thinking": True}, "mt")
-    records = run(standin, [(None, [conv("q1", "math", ("first?", "second?"))])], settings=settings)
+    records = run(standin, [conv("q1", "math", ("first?", "second?"))], settings=settings)
     first, second = standin.bodies
     assert first["messages"] == [{"role": "user", "content": "first?"}]
     assert second["messages"] == [
@@ -66,18 +66,18 @@ def test_second_turn_follows_the_models_own_answer_with_the_workloads_sampling(s
 
 
 def test_unset_sampling_is_not_sent_and_the_rows_own_length_wins(standin):
-    records = run(standin, [(None, [conv("a", "x", ("hi",), output_tokens=4)])], settings=TextSettings())
+    records = run(standin, [conv("a", "x", ("hi",), output_tokens=4)], settings=TextSettings())
     (body,) = standin.bodies
     assert set(body) == {"model", "messages", "max_tokens", "stream", "stream_options"} and body["max_tokens"] == 4
     assert records[0].max_tokens == 4
     standin.bodies.clear()
-    run(standin, [(None, [conv("b", "x", ("hi",))])], settings=TextSettings())
+    run(standin, [conv("b", "x", ("hi",))], settings=TextSettings())
     assert "max_tokens" not in standin.bodies[0]  # to EOS: the server's default
 
 
 def test_per_request_acceptance_is_read_and_summed_per_category(standin):
     convs = [conv(f"{c}{i}", c, ("q",)) for c in ("code", "chat") for i in range(3)]
-    records = run(standin, [(None, convs)])
+    records = run(standin, convs)
     assert all(r.spec_histogram == [0, 0, 2, 0] and r.spec_steps == 2 for r in records)
     rows = [{**r.to_row(), "trial": 0} for r in records]
     cats = {c["category"]: c for c in category_metrics(rows)}
@@ -88,31 +88,19 @@ def test_per_request_acceptance_is_read_and_summed_per_category(standin):
         assert c["acceptance_rate"] == pytest.approx(2 / 3)
 
 
-def test_windows_run_one_after_another_each_after_its_callback(standin):
-    seen: list[tuple[str | None, int]] = []  # (window, requests the server had got when its callback ran)
-    windows = [("a", [conv("a1", "a", ("q",)), conv("a2", "a", ("q",))]), ("b", [conv("b1", "b", ("q",))])]
-    starts = _Recorder(seen, standin)
-    records = run(standin, windows, warmup=[conv("w", "a", ("q",))], starts=starts)
-    assert seen == [("a", 1), ("b", 3)]  # after the warmup request; after window a's two
-    assert [r.phase for r in records] == ["warmup", "measure", "measure", "measure"]
-    assert [r.window for r in records] == [None, "a", "a", "b"]
-    assert max(r.end_time for r in records if r.window == "a") <= min(r.send_time for r in records if r.window == "b")
-
-
-class _Recorder(list):
-    def __init__(self, seen: list, standin: StandIn):
-        super().__init__()
-        self.seen, self.standin = seen, standin
-
-    def append(self, window) -> None:
-        self.seen.append((window, len(self.standin.bodies)))
+def test_the_measured_window_starts_after_the_warmup_and_its_callback(standin):
+    seen: list[int] = []  # requests the server had got when the callback ran
+    measured = [conv("a1", "a", ("q",)), conv("b1", "b", ("q",))]
+    records = run(standin, measured, warmup=[conv("w", "a", ("q",))], on_start=lambda: seen.append(len(standin.bodies)))
+    assert seen == [1]  # once, after the warm-up request
+    assert [r.phase for r in records] == ["warmup", "measure", "measure"]
+    warm = records[0]
+    assert all(warm.end_time <= r.send_time for r in records[1:])
 
 
 def test_records_carry_when_each_slot_was_due_arrived_and_started(standin):
     convs = [conv(f"c{i}", "x", ("q", "q2")) for i in range(4)]
-    records = run(
-        standin, [(None, convs)], arrival=Arrival(request_rate=50, burstiness=float("inf"), max_concurrency=1)
-    )
+    records = run(standin, convs, arrival=Arrival(request_rate=50, burstiness=float("inf"), max_concurrency=1))
     by_conv: dict[str, list] = {}
     for r in records:
         by_conv.setdefault(r.conversation, []).append(r)
@@ -129,7 +117,7 @@ def test_records_carry_when_each_slot_was_due_arrived_and_started(standin):
 
 def test_a_failed_turn_ends_its_conversation(standin):
     standin.fail_turn = 2
-    records = run(standin, [(None, [conv("a", "x", ("one", "two", "three"))])])
+    records = run(standin, [conv("a", "x", ("one", "two", "three"))])
     assert [(r.turn, r.status) for r in records] == [(0, "ok"), (1, "error")]
     assert "HTTP 500" in records[1].error
 
