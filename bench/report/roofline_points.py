@@ -83,7 +83,10 @@ def roofline(
     rows = [_point_row(r, known.get(r.engine_id), bw[0], facts, ceiling) for r in ok.itertuples()]
     missing = sum(row is None for row in rows)
     if missing:
-        notes.append(f"{missing} ok point(s) have no measured mean acceptance length or no stored configs: left out.")
+        notes.append(
+            f"{missing} ok point(s) have no measured mean acceptance length, no stored configs, or no fixed "
+            "concurrency and input/output length (text or rate-paced workloads): left out."
+        )
     if not len(ok):
         notes.append("no ok points: nothing to compare with the roofline.")
     return pd.DataFrame([row for row in rows if row is not None], columns=ROOFLINE_COLUMNS), inputs, notes
@@ -102,8 +105,9 @@ def _point_row(
     k = int(r.num_speculative_tokens)
     mal = 1.0 if k == 0 else number(r.mean_acceptance_length)
     target, draft = configs or (None, None)
-    if target is None or mal is None or (k and draft is None):
-        return None
+    shape = [number(getattr(r, f, None)) for f in ("concurrency", "input_len", "output_len")]
+    if target is None or mal is None or (k and draft is None) or None in shape:
+        return None  # a rate-paced text point has no concurrency, a text point no fixed input length
     server = dict(getattr(r, "server", None) or {})
     step = _Step(
         int(r.concurrency),

@@ -237,6 +237,14 @@ def test_the_roofline_shows_both_ceilings_and_the_achieved_share_of_each():
     assert shown["measured copy bandwidth per GPU"].endswith("; 83% of the datasheet's 4.8 TB/s")
 
 
+def test_a_point_without_a_fixed_concurrency_or_length_is_left_out_not_a_crash():
+    """A rate-paced text point has no concurrency, a text point no fixed input length (NaN in the table): no
+    roofline row for them, and a note says why (int(NaN) crashed the report before)."""
+    points = [_point(), _point(concurrency=float("nan")), _point(input_len=float("nan"))]
+    roof, _, notes = _roofline(points, {"bandwidth": MEASURED})
+    assert len(roof) == 1 and any("2 ok point(s)" in n and "no fixed" in n for n in notes)
+
+
 def test_without_a_measured_ceiling_the_datasheet_alone_is_used_and_the_reason_shown():
     for env, shown in (
         ({"bandwidth": {"bytes_per_s": None, "reason": "CUDA error: busy"}}, "not measured: CUDA error: busy"),
