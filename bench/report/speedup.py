@@ -58,10 +58,19 @@ def speedups(points: pd.DataFrame) -> pd.DataFrame:
         if b is not None:
             row["baseline_point_id"] = b.point_id
         if b is not None and p.status == "ok":
-            row["speedup_output"] = _ratio(p.output_throughput, b.output_throughput)
+            row["speedup_output"] = _ratio(*_like_for_like(p, b))
             row["speedup_tpot"] = _ratio(b.get("tpot_p50_ms"), p.get("tpot_p50_ms"))
         rows.append(row)
     return pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
+
+
+def _like_for_like(p: pd.Series, b: pd.Series) -> tuple[object, object]:
+    """The two output tok/s to divide: the headlines when both are over the same window (both steady, or both
+    whole), else both whole-window figures (a point without a steady span against a steady baseline divided a
+    whole-window figure by a steady one; found in review)."""
+    if p.get("window") == b.get("window"):
+        return p.output_throughput, b.output_throughput
+    return p.get("output_throughput_whole"), b.get("output_throughput_whole")
 
 
 def with_speedups(points: pd.DataFrame) -> pd.DataFrame:
@@ -129,7 +138,7 @@ def markdown_notes(points: pd.DataFrame) -> list[str]:
     if "speedup_output" in points:
         lines += [
             "Speedups are over the no-speculation (k = 0) point of the same shape: `vs k=0 tok/s` = output tok/s "
-            "ratio (steady windows where both have one), `vs k=0 TPOT` = baseline TPOT p50 / this point's.",
+            "ratio (steady windows where both have one, else both whole windows), `vs k=0 TPOT` = baseline TPOT p50 / this point's.",
             "",
         ]
         lines += _disagreements(points)

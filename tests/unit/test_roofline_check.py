@@ -90,6 +90,17 @@ def _pt(pid: str, k: int, conc: int, tok_s: float | None, per_user: float | None
     }
 
 
+def test_a_tok_s_speedup_divides_figures_of_the_same_window():
+    """A point without a steady span (window whole) against a steady baseline: both whole-window figures are
+    divided, never a whole-window figure by a steady one."""
+    base = _pt("b8", 0, 8, 400.0, 50.0) | {"window": "steady", "output_throughput_whole": 360.0}
+    whole = _pt("s8", 3, 8, 500.0, 60.0) | {"window": "whole", "output_throughput_whole": 500.0}
+    steady = _pt("t8", 3, 8, 480.0, 60.0) | {"window": "steady", "output_throughput_whole": 450.0}
+    sp = speedups(pd.DataFrame([base, whole, steady])).set_index("point_id")
+    assert sp.loc["s8", "speedup_output"] == pytest.approx(500 / 360)  # whole / whole, not 500 / 400
+    assert sp.loc["t8", "speedup_output"] == pytest.approx(480 / 400)  # steady / steady
+
+
 def test_speedups_are_over_the_same_shapes_baseline():
     pts = pd.DataFrame(
         [
