@@ -138,7 +138,7 @@ def markdown_notes(points: pd.DataFrame) -> list[str]:
     if "speedup_output" in points:
         lines += [
             "Speedups are over the no-speculation (k = 0) point of the same shape: `vs k=0 tok/s` = output tok/s "
-            "ratio (steady windows where both have one, else both whole windows), `vs k=0 TPOT` = baseline TPOT p50 / this point's.",
+            "ratio (steady windows where both have one), `vs k=0 TPOT` = baseline TPOT p50 / this point's.",
             "",
         ]
         lines += _disagreements(points)
