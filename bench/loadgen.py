@@ -342,9 +342,9 @@ def run_conversations(
     records: list[RequestRecord] | None = None,
 ) -> list[RequestRecord]:
     """Text conversations on the chat API: warmup (unpaced, at the arrival's cap), then `on_measure_start()`, then
-    the measured conversations by `arrival`, in one window. One schedule slot is one whole conversation; each turn is one request
-    and one record. A failed turn ends its conversation (the later turns would follow an answer that never came).
-    Raises as run_load."""
+    the measured conversations by `arrival`, in one window. One schedule slot is one whole conversation; each turn
+    is one request and one record. A failed turn ends its conversation (the later turns would follow an answer that
+    never came). Raises as run_load."""
     records = [] if records is None else records
     load = _Load(base_url, model, timeout_s, records)
     cap = Arrival.fixed_concurrency(arrival.max_concurrency or max(len(warmup), 1))

@@ -4,6 +4,7 @@ distinct engine configuration starts one server that serves all of its batch sha
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -15,6 +16,7 @@ from bench.hardware import Machine, detect_machine, planned_machine
 from bench.ids import stable_id
 from bench.kimi_rank import engine_fit_problem, is_kimi_rank
 from bench.profile import Profile, Shape, load_profile_variants
+from bench.run_options import SALT_PATTERN
 from bench.workloads.arrival import Arrival
 from bench.workloads.conversation import Dataset
 from bench.workloads.point import Sampling, Workload
@@ -431,8 +433,8 @@ def plan_sweep(
             raise BenchError("--repeat must be >= 1")
         chosen = chosen.model_copy(update={"run": chosen.run.model_copy(update={"repeat": repeat})})
     if prompt_salt is not None:
-        if not prompt_salt.strip() or "/" in prompt_salt:
-            raise BenchError(f"--prompt-salt {prompt_salt!r}: give a non-empty string without '/'")
+        if not re.fullmatch(SALT_PATTERN, prompt_salt):  # what [run] prompt_salt must match too
+            raise BenchError(f"--prompt-salt {prompt_salt!r}: give a non-empty string without '/' or spaces")
         chosen = chosen.model_copy(update={"run": chosen.run.model_copy(update={"prompt_salt": prompt_salt})})
     plan = make_plan(chosen, machine)
     plan = plan.select(points) if points is not None else plan

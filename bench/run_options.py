@@ -11,6 +11,8 @@ from pydantic import Field, model_validator
 
 from bench.schema import Strict
 
+SALT_PATTERN = r"^[^/\s]+$"  # a prompt's name joins the salt to the point id, trial... with '/' (bench.prompts)
+
 
 class Run(Strict):
     num_prompts: int = Field(default=16, ge=1)  # measured requests per shape (at least the concurrency)
@@ -34,7 +36,8 @@ class Run(Strict):
     stagger: bool = True
     remeasure: int = Field(default=1, ge=0)  # a window with a compile, a preemption... inside is measured again
     prompt_reuse: bool = False  # true: points of one input length share prompts (bench.prompts); else all fresh
-    prompt_salt: str | None = None  # reproduce a run's prompts: its manifest's prompt_salt (default: a new one)
+    # reproduce a run's prompts: its manifest's prompt_salt (default: a new one; `sweep --prompt-salt` sets it too)
+    prompt_salt: str | None = Field(default=None, pattern=SALT_PATTERN)
 
     @model_validator(mode="before")
     @classmethod

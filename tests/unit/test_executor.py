@@ -238,12 +238,27 @@ def test_a_given_prompt_salt_sends_the_same_prompts_to_another_folder_and_a_resu
     assert SweepStore(tmp_path / "b").manifest()["prompt_salt"] == "s1-r0"
     assert side_a == side_b and len(side_a) == 6  # 3 shapes x 2 trials, the same prompts on both sides
     other = sent(tmp_path / "c", "s1-r1")
-    assert not any(p in side_a[i] for i, call in enumerate(other) for p in call), "another round: fresh prompts"
+    sent_a = [p for call in side_a for p in call]
+    assert not any(p in sent_a for call in other for p in call), "another round: fresh prompts"
     next(iter(sorted((tmp_path / "a" / "points").glob("*.json")))).unlink()  # a point left to run
     with pytest.raises(BenchError, match="sent its prompts with salt s1-r0, not s1-r1"):
         sent(tmp_path / "a", "s1-r1", resume=True)
     rerun = sent(tmp_path / "a", "s1-r0", resume=True)  # its own salt: the lost point's prompts again
     assert len(rerun) == 2 and all(call in side_a for call in rerun)
+
+
+def test_a_prompt_salt_is_one_word_without_slashes_from_the_profile_and_the_cli():
+    """A prompt's name joins the salt to the point id and trial with '/' (bench.prompts): the profile's
+    `[run] prompt_salt` and `sweep --prompt-salt` refuse a salt that is empty, spaced or holds one."""
+    from bench.errors import BenchError
+    from bench.plan import plan_sweep
+
+    for salt in ("a/b", " ", ""):
+        with pytest.raises(BenchError, match="prompt_salt: String should match"):
+            parse_profile(PROFILE | {"run": PROFILE["run"] | {"prompt_salt": salt}}, "cpu", "scripted.toml")
+        with pytest.raises(BenchError, match="--prompt-salt"):
+            plan_sweep("tiny", dry_run=True, prompt_salt=salt)
+    assert plan_sweep("tiny", dry_run=True, prompt_salt="s1-r0").profile.run.prompt_salt == "s1-r0"
 
 
 def test_a_resume_keeps_what_earlier_points_ran_on_and_lists_every_session(scripted, monkeypatch):
