@@ -186,11 +186,14 @@ HEATMAP_COLUMNS += ["best_label", "n_ok", "n_failed", "n_skipped", "note"]
 
 def heatmap_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (DCP size, draft backend, draft KV dtype) cell: the best output tok/s among the cell's ok
-    points at the sweep's largest concurrency (`value`, NaN if none) and, when there is none, why (`note`:
+    points at the largest concurrency any ok point ran at (`value`, NaN if none) and, when there is none, why (`note`:
     the failed / skipped reasons, or which concurrencies did run)."""
     if not len(df) or df.concurrency.isna().all():  # (text workloads paced without a cap have no concurrency)
         return pd.DataFrame(columns=HEATMAP_COLUMNS)
-    top = int(df.concurrency.max())
+    ran = df[(df.status == "ok") & df.output_throughput.notna()].concurrency.dropna()
+    # the largest concurrency that some point ran at: one failed or skipped point above it (an OOM at 64 users)
+    # would otherwise blank every cell (found in review)
+    top = int(ran.max() if len(ran) else df.concurrency.max())
     cells = df.groupby(["dcp_size", "draft_attention_backend", "draft_kv_cache_dtype"], sort=False, dropna=False)
     rows = [_heatmap_cell(key, cell, top) for key, cell in cells]
     return pd.DataFrame(rows, columns=HEATMAP_COLUMNS)

@@ -29,7 +29,8 @@ from bench.report.categories import html_columns
 from bench.report.dcp_view import COLUMNS as DCP_COLUMNS
 from bench.report.dcp_view import NOTE as DCP_NOTE
 from bench.report.servers import SERVER_HEADERS, SERVER_NOTE
-from bench.report.speedup import page_notes
+from bench.report.speedup import WITHIN_START, page_notes, speedup_precision
+from bench.report.speedup import stated as speedup_stated
 from bench.report.tables import AXIS_PREFIX
 
 DASH = "–"  # an unknown value in the page's tables
@@ -118,6 +119,7 @@ ROOFLINE_COLUMNS: Columns = {
 }
 SPEEDUP_COLUMNS: Columns = {
     "speedup_output": ("speedup tok/s (× k=0)", ".2f"),
+    "speedup_output_pm": ("+-", None),  # within the two starts (speedup.WITHIN_START)
     "speedup_tpot": ("speedup TPOT (× k=0)", ".2f"),
 }
 CHECK_COLUMNS: Columns = {
@@ -233,10 +235,12 @@ def point_tables(data: ReportData) -> dict[str, dict]:
         **positions,
     }
     speedup = SPEEDUP_COLUMNS if "speedup_output" in data.points else {}
+    if not speedup_stated(data.points):
+        speedup = {c: v for c, v in speedup.items() if c != "speedup_output_pm"}
     ok = data.points[data.points.status == "ok"]
     return {
         "results": table(
-            result_fields.with_precision(ok),
+            speedup_precision(result_fields.with_precision(ok)),
             axes_columns(data, {**result_fields.html_columns(ok), **speedup}),  # bench/report/result_fields.py
             row_class=lambda r: "best" if r["label"] == best else None,
             table_id="results",
@@ -389,6 +393,7 @@ def page_context(data: ReportData, images: Mapping[str, bytes | None]) -> dict:
         "tables": tables,
         "roofline_notes": data.roofline_notes,
         **page_notes(data.points),
+        "speedup_within_start": WITHIN_START.split(": ", 1)[1] if speedup_stated(data.points) else None,
         "has_roofline": bool(len(data.roofline)),
         "dcp_note": DCP_NOTE,
         "gpu_bandwidth": [(name, fmt(bw / 1e12, "g"), part) for name, bw, part in R.GPU_BANDWIDTH],

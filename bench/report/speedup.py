@@ -35,8 +35,14 @@ BASELINE_KEY = [
     "workload",
     "arrival",
 ]
-SPEEDUP_COLUMNS = ["point_id", "baseline_point_id", "speedup_output", "speedup_tpot"]
-MARKDOWN_COLUMNS = {"speedup_output": "vs k=0 tok/s", "speedup_tpot": "vs k=0 TPOT"}
+SPEEDUP_COLUMNS = ["point_id", "baseline_point_id", "speedup_output", "speedup_output_halfwidth", "speedup_tpot"]
+MARKDOWN_COLUMNS = {"speedup_output": "vs k=0 tok/s", "speedup_output_pm": "+-", "speedup_tpot": "vs k=0 TPOT"}
+#: what the speedup's +- is and leaves out (summary.md's note, report.html's header title)
+WITHIN_START = (
+    "the tok/s speedup's `+-` combines the two points' 95% half-widths (root sum of squares of the relative "
+    "half-widths, both over steady windows): it is the precision within their server starts and leaves out the "
+    "spread between starts, which only a comparison over several starts (`bench ab`) measures"
+)
 
 
 def has_baseline(points: pd.DataFrame) -> bool:
@@ -55,10 +61,12 @@ def speedups(points: pd.DataFrame) -> pd.DataFrame:
     for i, p in points.iterrows():
         b = by_key.get(keys[i])
         row = {"point_id": p.point_id, "baseline_point_id": None, "speedup_output": np.nan, "speedup_tpot": np.nan}
+        row["speedup_output_halfwidth"] = np.nan
         if b is not None:
             row["baseline_point_id"] = b.point_id
         if b is not None and p.status == "ok":
             row["speedup_output"] = _ratio(*_like_for_like(p, b))
+            row["speedup_output_halfwidth"] = ratio_halfwidth(p, b)
             row["speedup_tpot"] = _ratio(b.get("tpot_p50_ms"), p.get("tpot_p50_ms"))
         rows.append(row)
     return pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
@@ -71,6 +79,17 @@ def _like_for_like(p: pd.Series, b: pd.Series) -> tuple[object, object]:
     if p.get("window") == b.get("window"):
         return p.output_throughput, b.output_throughput
     return p.get("output_throughput_whole"), b.get("output_throughput_whole")
+
+
+def ratio_halfwidth(p: pd.Series, b: pd.Series) -> float:
+    """The relative 95% half-width of the steady tok/s ratio p / b: the root sum of squares of the two points'
+    relative half-widths (independent sub-window estimates; first order in the half-widths). NaN unless both
+    figures are steady and state their precision (a whole-window figure has none), and for the baseline itself
+    (its 1.00x is exact)."""
+    if p.get("point_id") == b.get("point_id") or p.get("window") != "steady" or b.get("window") != "steady":
+        return np.nan
+    hp, hb = (pd.to_numeric(x.get("throughput_halfwidth"), errors="coerce") for x in (p, b))
+    return float(np.hypot(hp, hb)) if pd.notna(hp) and pd.notna(hb) else np.nan
 
 
 def with_speedups(points: pd.DataFrame) -> pd.DataFrame:
@@ -101,13 +120,34 @@ def best(points: pd.DataFrame, column: str = "speedup_tpot") -> tuple[str | None
     return str(row.get("label", row.point_id)), float(row[column])
 
 
+def speedup_precision(points: pd.DataFrame) -> pd.DataFrame:
+    """`points` with the tok/s speedup's +- as text ("x.x%", None where unknown), when it has speedups."""
+    if "speedup_output_halfwidth" not in points:
+        return points
+    return points.assign(speedup_output_pm=points.speedup_output_halfwidth.map(_pm))
+
+
+def stated(points: pd.DataFrame) -> bool:
+    """Whether some point's tok/s speedup states its precision (the "+-" column is shown only then)."""
+    return "speedup_output_halfwidth" in points and bool(points.speedup_output_halfwidth.notna().any())
+
+
+def _pm(value) -> str | None:
+    return None if pd.isna(value) else f"{value:.1%}"
+
+
 def page_notes(points: pd.DataFrame) -> dict:
     """For report.html: the best speculative speedups over k = 0 (`speedup` None without a baseline), and what
     emulated DCP points model and leave out (`emulation` None without them)."""
-    found = {}
+    found: dict[str, dict[str, str | None] | None] = {}
     for column in ("speedup_tpot", "speedup_output"):
         label, value = best(points, column)
         found[column] = None if label is None else {"label": label, "value": fmt(value, ".2f")}
+    output = found["speedup_output"]
+    if output is not None:
+        at = points[points.get("label", points.point_id) == output["label"]]
+        pm = at.speedup_output_halfwidth.iloc[0] if "speedup_output_halfwidth" in at and len(at) else np.nan
+        output["pm"] = _pm(pm)
     emulated = "dcp_emulated" in points and bool(points.dcp_emulated.notna().any())
     notes = {"modelled": dcp_emulation.MODELLED, "not_modelled": dcp_emulation.NOT_MODELLED}
     return {"speedup": found if any(found.values()) else None, "emulation": notes if emulated else None}
@@ -126,9 +166,12 @@ def markdown_results(ok: pd.DataFrame, columns: dict[str, tuple[str, int]]) -> t
         dcp[emulated] = [f"{int(n)} ({dcp_emulation.LABEL})" for n in ok.dcp_emulated[emulated]]
         shown = shown.assign(dcp_size=dcp)
     if "speedup_output" in ok:
-        times = {c: ok[c].map(lambda v: None if pd.isna(v) else f"{v:.2f}x") for c in MARKDOWN_COLUMNS}
-        shown = shown.assign(**times)
-        columns.update({c: (header, 0) for c, header in MARKDOWN_COLUMNS.items()})
+        times = {
+            c: ok[c].map(lambda v: None if pd.isna(v) else f"{v:.2f}x") for c in ("speedup_output", "speedup_tpot")
+        }
+        shown = speedup_precision(shown).assign(**times)
+        pm = stated(ok)  # (summaries of whole-window sweeps stay what they were)
+        columns.update({c: (h, 0) for c, h in MARKDOWN_COLUMNS.items() if pm or c != "speedup_output_pm"})
     return shown, columns
 
 
@@ -141,6 +184,8 @@ def markdown_notes(points: pd.DataFrame) -> list[str]:
             "ratio (steady windows where both have one), `vs k=0 TPOT` = baseline TPOT p50 / this point's.",
             "",
         ]
+        if stated(points):
+            lines[-2] = lines[-2][:-1] + "; " + WITHIN_START + "."
         lines += _disagreements(points)
     if "dcp_emulated" in points and points.dcp_emulated.notna().any():
         lines += [

@@ -111,6 +111,29 @@ def test_heatmap_cells_are_the_best_throughput_at_the_largest_concurrency(exampl
         assert heat.loc[("FLASHMLA", kv), "n_failed"] == 3
 
 
+def test_a_point_that_failed_above_every_ok_point_does_not_blank_the_heatmap():
+    """One cell tried 64 users and failed there; every cell ran 32. The heatmap is at 32 (the largest concurrency
+    any point ran at), with each cell's value, not blank cells that say "no ok point at concurrency 64"."""
+    rows = [
+        {
+            "dcp_size": 1,
+            "draft_attention_backend": b,
+            "draft_kv_cache_dtype": "fp8",
+            "concurrency": c,
+            "status": "ok",
+            "reason": None,
+            "output_throughput": tok,
+            "label": f"{b} c{c}",
+        }
+        for b, c, tok in (("FLASHMLA", 8, 100.0), ("FLASHMLA", 32, 300.0), ("TRITON_MLA", 32, 200.0))
+    ]
+    rows.append(rows[-1] | {"concurrency": 64, "status": "failed", "reason": "kv-cache-oom", "output_throughput": None})
+    heat = A.heatmap_table(pd.DataFrame(rows)).set_index("draft_attention_backend")
+    assert set(heat.concurrency) == {32}
+    assert heat.value.to_dict() == {"FLASHMLA": 300.0, "TRITON_MLA": 200.0}
+    assert heat.loc["TRITON_MLA", "n_failed"] == 1
+
+
 def test_pareto_membership(example):
     par = example.pareto.set_index("label")
     # Output tok/s vs per-user tok/s: fp8 wins at c1 and c8; at c32 auto has more total, fp8 more per user.

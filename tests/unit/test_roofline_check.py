@@ -14,7 +14,7 @@ from bench import kimi_rank as K
 from bench.models import FLAVORS, target_config
 from bench.report import roofline as R
 from bench.report.roofline_check import explain, measured_step, prefill_overlap
-from bench.report.speedup import best, has_baseline, speedups, with_speedups
+from bench.report.speedup import best, has_baseline, markdown_notes, speedups, with_speedups
 
 # --- prefill overlap -----------------------------------------------------------------------------------------
 
@@ -99,6 +99,21 @@ def test_a_tok_s_speedup_divides_figures_of_the_same_window():
     sp = speedups(pd.DataFrame([base, whole, steady])).set_index("point_id")
     assert sp.loc["s8", "speedup_output"] == pytest.approx(500 / 360)  # whole / whole, not 500 / 400
     assert sp.loc["t8", "speedup_output"] == pytest.approx(480 / 400)  # steady / steady
+
+
+def test_a_tok_s_speedup_states_the_two_points_combined_precision():
+    """The ratio's relative half-width is the root sum of squares of the two steady half-widths; the baseline's
+    own 1.00x is exact, and a whole-window figure (no precision) gives the ratio none."""
+    base = _pt("b8", 0, 8, 400.0, 50.0) | {"window": "steady", "throughput_halfwidth": 0.03}
+    steady = _pt("t8", 3, 8, 480.0, 60.0) | {"window": "steady", "throughput_halfwidth": 0.04}
+    whole = _pt("s8", 3, 8, 500.0, 60.0) | {"window": "whole", "throughput_halfwidth": None}
+    unstated = _pt("u8", 2, 8, 450.0, 55.0) | {"window": "steady", "throughput_halfwidth": None}
+    sp = speedups(pd.DataFrame([base, steady, whole, unstated])).set_index("point_id")
+    assert sp.loc["t8", "speedup_output_halfwidth"] == pytest.approx(0.05)
+    assert sp[["speedup_output_halfwidth"]].drop(index="t8").isna().all().all()
+    lines = markdown_notes(with_speedups(pd.DataFrame([base, steady])))
+    assert "root sum of squares" in lines[0] and "between starts" in lines[0]
+    assert "root sum of squares" not in markdown_notes(with_speedups(pd.DataFrame([base, whole])))[0]
 
 
 def test_speedups_are_over_the_same_shapes_baseline():
