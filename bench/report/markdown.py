@@ -51,7 +51,7 @@ FAILED_COLUMNS = {
 def _result_columns(points: pd.DataFrame) -> dict[str, tuple[str, int]]:
     """The results table's columns: after k, each server axis (bench/axes.py) and, with workloads, each point's
     load (workload, sampling, arrival)."""
-    result = CONFIG_COLUMNS | markdown_columns()  # the measured columns: bench/report/result_fields.py
+    result = CONFIG_COLUMNS | markdown_columns(points)  # the measured columns: bench/report/result_fields.py
     keys = list(result)
     at = keys.index("num_speculative_tokens") + 1
     after_k = {c: (server_axes.header(c.removeprefix(AXIS_PREFIX)), 0) for c in axis_columns(points)}

@@ -35,6 +35,8 @@ RESULT_FIELDS: tuple[ResultField, ...] = (
     ResultField("per_user_output_throughput", "tok/s/user", 1),
     ResultField("request_throughput", "req/s", 2, markdown=False),
     ResultField("ttft_p50_ms", "TTFT p50 ms", 1),
+    # a steady point whose span saw no request sent (one wave) takes its TTFT from the whole window: said here
+    ResultField("ttft_window", "TTFT window", None, optional=True),
     ResultField("ttft_p99_ms", "TTFT p99 ms", 1),
     ResultField("tpot_p50_ms", "TPOT p50 ms", 2),
     ResultField("tpot_pm", "TPOT +-", None),
@@ -54,9 +56,9 @@ RESULT_FIELDS: tuple[ResultField, ...] = (
 )
 
 
-def markdown_columns() -> dict[str, tuple[str, int]]:
-    """column -> (header, decimals) for bench.report.markdown.md_table."""
-    return {f.column: (f.header, f.digits or 0) for f in RESULT_FIELDS if f.markdown}
+def markdown_columns(points: pd.DataFrame) -> dict[str, tuple[str, int]]:
+    """column -> (header, decimals) for bench.report.markdown.md_table of `points`."""
+    return {f.column: (f.header, f.digits or 0) for f in RESULT_FIELDS if f.markdown and _shown(f, points)}
 
 
 def html_columns(points: pd.DataFrame) -> dict[str, tuple[str, str | None]]:
@@ -64,8 +66,12 @@ def html_columns(points: pd.DataFrame) -> dict[str, tuple[str, str | None]]:
     return {
         f.column: (f.header, None if f.digits is None else f",.{f.digits}f")
         for f in RESULT_FIELDS
-        if f.html and not (f.optional and (f.column not in points or points[f.column].isna().all()))
+        if f.html and _shown(f, points)
     }
+
+
+def _shown(f: ResultField, points: pd.DataFrame) -> bool:
+    return not f.optional or (f.column in points and bool(points[f.column].notna().any()))
 
 
 def with_precision(points: pd.DataFrame) -> pd.DataFrame:

@@ -4,6 +4,7 @@ and synthetic results directories with unknowns (None), failures only, a single 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 from html.parser import HTMLParser
@@ -14,11 +15,14 @@ import pandas as pd
 import pytest
 
 from bench.models import FLAVORS, draft_config, target_config
+from bench.records import PointRecord, parse
 from bench.report import analysis as A
+from bench.report import result_fields
 from bench.report import roofline as R
 from bench.report.build import build_report
 from bench.report.figures import draw_all
 from bench.report.html import render_html
+from bench.report.tables import point_row
 from bench.store import SweepStore
 from tests.helpers.stored_models import with_stored_models, write_tiny_gpu_configs
 
@@ -132,6 +136,34 @@ def test_a_point_that_failed_above_every_ok_point_does_not_blank_the_heatmap():
     assert set(heat.concurrency) == {32}
     assert heat.value.to_dict() == {"FLASHMLA": 300.0, "TRITON_MLA": 200.0}
     assert heat.loc["TRITON_MLA", "n_failed"] == 1
+
+
+def test_the_headline_throughput_is_a_plain_ranks_not_an_emulated_dcp_ranks():
+    """An emulated DCP-8 rank prefills 1/8 of the prompt, so its tok/s is not a deployment's: the headline takes the
+    best plain point (and only falls back to emulated points when the sweep has nothing else)."""
+    rows = pd.DataFrame(
+        [
+            {"status": "ok", "label": "plain", "output_throughput": 500.0, "dcp_emulated": np.nan},
+            {"status": "ok", "label": "dcp8-emulated", "output_throughput": 900.0, "dcp_emulated": 8.0},
+        ]
+    )
+    assert A.summary_counts(rows)["best_label"] == "plain"
+    assert A.summary_counts(rows.iloc[1:])["best_label"] == "dcp8-emulated"
+
+
+def test_a_steady_point_whose_ttft_is_the_whole_windows_says_so():
+    """A steady span into which no request was sent (one wave) has no TTFT of its own: bench.metrics takes the whole
+    window's, and the results tables say so in a `TTFT window` column shown only where that happened."""
+    path = next((REPO / "tests" / "data" / "results" / "kimi-rank-dcp-h200" / "sweep" / "points").glob("*.json"))
+    data = json.loads(path.read_text())
+    assert data["metrics"]["window"] == "steady" and data["metrics"]["steady"]["ttft_window"] == "steady"
+    own = point_row(parse(PointRecord, data, path))
+    data["metrics"]["steady"]["ttft_window"] = "whole"
+    fallback = point_row(parse(PointRecord, data, path))
+    assert own["ttft_window"] is None and fallback["ttft_window"] == "whole"
+    assert "ttft_window" not in result_fields.markdown_columns(pd.DataFrame([own]))
+    assert "ttft_window" in result_fields.markdown_columns(pd.DataFrame([own, fallback]))
+    assert "ttft_window" in result_fields.html_columns(pd.DataFrame([own, fallback]))
 
 
 def test_pareto_membership(example):

@@ -27,7 +27,7 @@ def test_precision_columns_follow_their_figures():
     shown = result_fields.with_precision(points)
     assert shown.throughput_pm[0] == "3.1%" and shown.tpot_pm[0] == "0.4%"
     assert pd.isna(shown.throughput_pm[1]) and pd.isna(shown.tpot_pm[1])  # no precision: shown as missing
-    md, html = result_fields.markdown_columns(), result_fields.html_columns(pd.DataFrame())
+    md, html = result_fields.markdown_columns(pd.DataFrame()), result_fields.html_columns(pd.DataFrame())
     for figure, pm in (("output_throughput", "throughput_pm"), ("tpot_p50_ms", "tpot_pm")):
         for columns in (md, html):
             keys = list(columns)
