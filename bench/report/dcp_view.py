@@ -15,7 +15,8 @@ COLUMNS = {
     "load": ("shape", None),
     "dcp_size": ("DCP", 0),
     "loopback": ("loopback", None),
-    "output_throughput": ("steady tok/s", 1),
+    "window": ("window", None),  # the headline's: "steady" or "whole" (bench.window), never assumed
+    "output_throughput": ("tok/s", 1),
     "throughput_pm": ("+-", None),
     "step_p50_ms": ("step p50 ms (measured)", 2),
     "comm_ms": ("comm ms/step (modelled)", 3),
@@ -83,6 +84,7 @@ def dcp_rows(points: pd.DataFrame, models: dict[str, tuple[dict | None, dict | N
                 "load": r.load,
                 "dcp_size": int(r.dcp_size),
                 "loopback": "yes" if r.dcp_loopback else "no",
+                "window": getattr(r, "window", None),
                 "output_throughput": r.output_throughput,
                 "throughput_pm": f"+-{100 * r.throughput_halfwidth:.1f}%"
                 if pd.notna(r.throughput_halfwidth)

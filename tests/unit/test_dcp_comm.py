@@ -125,6 +125,7 @@ def test_dcp_rows_keeps_shapeless_points_without_modelled_columns():
     target = {"num_hidden_layers": 61, "num_attention_heads": 8, "kv_lora_rank": 512, "qk_rope_head_dim": 64}
     base = {
         "status": "ok",
+        "window": "steady",
         "engine_id": "e",
         "num_speculative_tokens": 3,
         "output_throughput": 100.0,
@@ -137,7 +138,8 @@ def test_dcp_rows_keeps_shapeless_points_without_modelled_columns():
     points = pd.DataFrame(
         [
             {**base, "load": "1x8192x256", "dcp_size": 1, "concurrency": 1, "input_len": 8192, "output_len": 256},
-            {**base, "load": "1x8192x256", "dcp_size": 4, "concurrency": 1, "input_len": 8192, "output_len": 256},
+            {**base, "load": "1x8192x256", "dcp_size": 4, "concurrency": 1, "input_len": 8192, "output_len": 256}
+            | {"window": "whole"},
             {
                 **base,
                 "load": "chat",
@@ -151,6 +153,7 @@ def test_dcp_rows_keeps_shapeless_points_without_modelled_columns():
     )
     rows = dcp_rows(points, {"e": (target, None)}).set_index(["load", "dcp_size"])
     assert rows.loc[("1x8192x256", 1), "comm_ms"] == 0.0
+    assert rows.loc[("1x8192x256", 4), "window"] == "whole"  # the tok/s column's window is the point's, said
     assert rows.loc[("1x8192x256", 4), "comm_ms"] > 0
     assert rows.loc[("1x8192x256", 4), "largest_batch"] == 1_000_000 // (8192 + 256)
     chat = rows.loc[("chat", 4)]
