@@ -1,7 +1,9 @@
 """The report's server table: per engine config, how its server started and what memory it had, from the point
 records (`server.ready_s` of each start that served points) and vLLM's own start-up lines in the server log (model
 load, engine init and compile times, CUDA graph capture, KV cache memory and tokens). A log that holds several
-starts (a resumed sweep appends) shows every start's value when they differ, joined by "/".
+starts (a resumed sweep appends; bench.server heads each with a "# bench: " line) shows every start's value when
+they differ, in start order joined by "/", with "-" for a start that did not log it (one that died before): the
+values of one start line up across the columns.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ LOG_FIGURES: dict[str, re.Pattern[str]] = {
     "kv_tokens": re.compile(r"GPU KV cache size: ([\d,]+) tokens"),
     "max_concurrency": re.compile(r"Maximum concurrency for ([\d,]+ tokens per request: [\d.]+x)"),
 }
-_STARTS = re.compile(r"init engine .* took")
+_START = "# bench: "  # bench.server's first line of each start in the log
 
 SERVER_COLUMNS = ["engine", "engine_id", "starts", "ready_s", *LOG_FIGURES]
 #: column -> header, for summary.md and report.html (values are shown as logged: text)
@@ -46,7 +48,8 @@ SERVER_HEADERS = {
 }
 SERVER_NOTE = (
     "One row per engine config with a server log. `ready s`: from the server's start to /health answering, per "
-    "start that served points (bench's clock); the rest is vLLM's own start-up lines in the log. Under DCP N the KV "
+    "start that served points (bench's clock); the rest is vLLM's own start-up lines in the log, one value per "
+    "start in start order where they differ (`-`: that start did not log it, e.g. it died first). Under DCP N the KV "
     "tokens are the group's (N x the rank's local slots)."
 )
 
@@ -62,23 +65,36 @@ def server_table(sweep_dir: Path, records: dict[str, PointRecord]) -> pd.DataFra
         log = Path(sweep_dir) / stored if stored else store.log_path(engine_id)
         if not log.is_file():
             continue
-        text = log.read_text(errors="replace")
+        starts = _starts(log.read_text(errors="replace"))
         ready = {p.server.started: p.server.ready_s for p in points if p.server.ready_s is not None}
         rows.append(
             {
                 "engine": points[0].label.get("engine"),
                 "engine_id": engine_id,
-                "starts": len(_STARTS.findall(text)) or None,
+                "starts": len(starts),
                 "ready_s": "/".join(f"{ready[t]:.0f}" for t in sorted(ready, key=str)) or None,
-                **{column: _values(pattern.findall(text)) for column, pattern in LOG_FIGURES.items()},
+                **{
+                    column: _values([pattern.findall(start) for start in starts])
+                    for column, pattern in LOG_FIGURES.items()
+                },
             }
         )
     df = pd.DataFrame(rows, columns=SERVER_COLUMNS)
     return df.sort_values(["engine", "engine_id"], kind="stable").reset_index(drop=True)
 
 
-def _values(found: list[str]) -> str | None:
-    """One value when every start logged the same, else each start's in log order; None when not logged."""
-    if not found:
+def _starts(text: str) -> list[str]:
+    """The log cut into its starts (what comes before the first header, if anything, belongs to the first)."""
+    cut = re.split(rf"^(?={re.escape(_START)})", text, flags=re.M)
+    if len(cut) > 1 and not cut[0].startswith(_START):
+        cut = [cut[0] + cut[1], *cut[2:]]
+    return [c for c in cut if c] or [text]
+
+
+def _values(per_start: list[list[str]]) -> str | None:
+    """One value when every start logged the same one, else each start's in start order ("-": not logged, "+"
+    between a start's several); None when no start logged it."""
+    if not any(per_start):
         return None
-    return found[0] if len(set(found)) == 1 else "/".join(found)
+    shown = ["+".join(found) or "-" for found in per_start]
+    return shown[0] if len(set(shown)) == 1 else "/".join(shown)

@@ -25,6 +25,7 @@ def test_a_log_with_two_starts_shows_each_starts_value_and_a_missing_log_no_row(
     log = root / "logs" / "server-3397f50986de.log"
     log.write_text(
         log.read_text()
+        + "# bench: python -m vllm.entrypoints.openai.api_server\n"
         + "INFO GPU KV cache size: 1,000 tokens\nINFO init engine (profile) took 9.5 s (compilation: 1 s)\n"
     )
     (root / "logs" / "server-7d1628a1b6a9.log").unlink()
@@ -36,3 +37,21 @@ def test_a_log_with_two_starts_shows_each_starts_value_and_a_missing_log_no_row(
     assert (
         "## Servers" in paths["summary"].read_text() and paths["servers_csv"].read_text().count("\n") == len(table) + 1
     )
+
+
+def test_a_start_that_died_early_keeps_the_other_starts_values_in_line(tmp_path):
+    """Three starts in one log (bench.server heads each with "# bench: "); the first died after loading its model:
+    each column shows a value per start in start order, "-" where that start logged nothing, so the second start's
+    KV tokens stand under the second start's model load (before, "a/b" read as the first two starts' values)."""
+    root = Path(shutil.copytree(EXAMPLE, tmp_path / "r"))
+    log = root / "logs" / "server-3397f50986de.log"
+    one = log.read_text()
+    assert one.startswith("# bench: ") and one.count("# bench: ") == 1
+    died = one.split("GPU KV cache size")[0].rsplit("\n", 1)[0] + "\nRuntimeError: CUDA out of memory\n"
+    assert "Model loading took" in died and "init engine" not in died
+    log.write_text(died + one + one.replace("12,805,664", "12,000,000"))
+    row = server_table(root, SweepStore(root).records()).set_index("engine_id").loc["3397f50986de"]
+    assert row.starts == 3
+    assert row.model_gib == "0.3"  # the same in every start: one value
+    assert row.kv_tokens == "-/12,805,664/12,000,000"
+    assert row.init_s == "-/46.22/46.22"
