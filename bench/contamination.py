@@ -101,7 +101,7 @@ KINDS: Mapping[str, re.Pattern[str]] = MappingProxyType(
         # counts waiting + deferred). Real: kimi-rank-h200/results/logs/server-b0591bfe7cf8.log "INFO 12-03 09:48:35
         # [loggers.py:310] Engine 000: ... Running: 12 reqs, Waiting: 20 reqs, ...". Uvicorn's "INFO:     Waiting
         # for application startup." has neither a time stamp nor the count, and does not match. A load's own
-        # requests waiting for their prefill's turn are not contamination (`foreign_requests` tells them apart).
+        # requests waiting for their prefill's turn are not contamination (`counts_as_contamination` tells them apart).
         "queueing": re.compile(r"\bWaiting: 0*[1-9]\d* reqs\b"),
     }
 )
@@ -252,9 +252,10 @@ def _overlaps(when: float, low: float, high: float) -> bool:
 _REQUEST_COUNTS = re.compile(r"\bRunning: (\d+) reqs, Waiting: (\d+) reqs\b")
 
 
-def foreign_requests(event: LogEvent, in_flight: int | None) -> bool:
-    """Whether a `queueing` line shows the server holding requests that are not the load's: running + waiting
-    above the `in_flight` requests the load keeps (its concurrency). Every waiting line in the committed H200 logs
+def counts_as_contamination(event: LogEvent, in_flight: int | None) -> bool:
+    """Whether an event inside a window counts as contamination: every kind does but `queueing`, which counts only
+    when the server holds requests that are not the load's: running + waiting above the `in_flight` requests the
+    load keeps (its concurrency). Every waiting line in the committed H200 logs
     had running + waiting at or below the point's concurrency (12 + 20 and 17 + 15 at 32 users, 7 + 1 and 5 + 3
     at 8): the load's own requests waiting for their prefill under the scheduler's token budget, which a window
     measured again shows again. Those are the shape's behaviour, not contamination. An open loop (`in_flight`

@@ -351,7 +351,7 @@ def _contamination(server: Serving, trial: Trial, point: Point) -> tuple[list[di
     offset = trial.load["clock"]["unix"] - trial.load["clock"]["perf"]
     found = [e for span in spans for e in contamination.events_in(text, span.start + offset, span.end + offset)]
     in_flight = closed_loop_concurrency(point)  # the load's own requests waiting for a prefill are not contamination
-    found = [e for e in found if contamination.foreign_requests(e, in_flight)]
+    found = [e for e in found if contamination.counts_as_contamination(e, in_flight)]
     if preempted is not None:  # the window's own counter is exact; a log line's count covers the 10 s before it
         found = [e for e in found if e.kind != "preemption"]
     return events + contamination.summary(found), checked

@@ -285,8 +285,8 @@ def test_an_event_in_the_repeated_fall_back_hour_is_placed_in_either_occurrence(
 def test_the_committed_waiting_line_is_the_loads_own_at_32_users_and_foreign_at_8() -> None:
     """The real line (Running: 12 reqs, Waiting: 20 reqs) came from a 32-user point: 32 requests, all the load's."""
     (event,) = [e for e in C.parse_events(QUEUEING, 2026, UTC) if e.kind == "queueing"]
-    assert not C.foreign_requests(event, 32)
-    assert C.foreign_requests(event, 31) and C.foreign_requests(event, 8)
-    assert not C.foreign_requests(event, None)  # an open loop's queue is what it measures
+    assert not C.counts_as_contamination(event, 32)
+    assert C.counts_as_contamination(event, 31) and C.counts_as_contamination(event, 8)
+    assert not C.counts_as_contamination(event, None)  # an open loop's queue is what it measures
     compile_event = C.LogEvent("jit-compile", 0.0, "x")
-    assert C.foreign_requests(compile_event, 32) and C.foreign_requests(compile_event, None)  # other kinds: kept
+    assert C.counts_as_contamination(compile_event, 32) and C.counts_as_contamination(compile_event, None)  # other kinds: kept
