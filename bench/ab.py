@@ -112,6 +112,7 @@ def run_ab(
     from bench.plan import plan_sweep
 
     planned = plan_sweep(profile, dry_run=True)
+    pin_salt(out, planned.profile.run.prompt_salt)
     profile_key = calibration.profile_key(planned.profile, repeat)
     if expected_noise is None and ray is not None:
         expected_noise = CPU_AA_BETWEEN_CV
@@ -276,9 +277,27 @@ def sequential_levels(
     return levels
 
 
+def pin_salt(out: Path, pinned: str | None) -> None:
+    """A profile's own `[run] prompt_salt` (prompts to reproduce) becomes the A/B's salt, so its rounds are
+    `{salt}-r0`, `{salt}-r1`, ... from any checkout, not a new salt that would override it (found in review). A
+    resumed A/B keeps the salt it began with; one begun with another salt is refused, not mixed."""
+    path = out / "prompt-salt"
+    if pinned is None:
+        return
+    if path.exists() and path.read_text().strip() != pinned:
+        raise BenchError(
+            f"{out} began with prompt salt {path.read_text().strip()!r}; the profile pins {pinned!r} "
+            "(a resumed A/B keeps its salt: give another --out, or the profile it began with)"
+        )
+    if not path.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, pinned.encode())
+
+
 def round_salt(out: Path, r: int) -> str:
-    """The prompt salt of round r, both sides': the A/B's own salt (made on its first call, kept in
-    `OUT/prompt-salt` so that `ab --resume` sends what the cut run would have) and the round. Each round's sides
+    """The prompt salt of round r, both sides': the A/B's own salt (the profile's `[run] prompt_salt` if it pins
+    one, else made on its first call; kept in `OUT/prompt-salt` so that `ab --resume` sends what the cut run would
+    have) and the round. Each round's sides
     are new server starts, so the same prompts on both hit no cache; the next round draws fresh ones."""
     from bench.prompts import new_salt
 

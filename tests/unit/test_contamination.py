@@ -289,4 +289,6 @@ def test_the_committed_waiting_line_is_the_loads_own_at_32_users_and_foreign_at_
     assert C.counts_as_contamination(event, 31) and C.counts_as_contamination(event, 8)
     assert not C.counts_as_contamination(event, None)  # an open loop's queue is what it measures
     compile_event = C.LogEvent("jit-compile", 0.0, "x")
-    assert C.counts_as_contamination(compile_event, 32) and C.counts_as_contamination(compile_event, None)  # other kinds: kept
+    assert C.counts_as_contamination(compile_event, 32) and C.counts_as_contamination(
+        compile_event, None
+    )  # other kinds: kept

@@ -15,6 +15,8 @@ from bench.errors import ExitCode
 from bench.stats import benjamini_hochberg, holm, per_test_alpha, plan_design, starts_needed
 from tests.unit.test_compare import write_start
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def side(root, means, tpot_ms, rng, points=("p1",)):
     for r, m in enumerate(means):
@@ -337,6 +339,36 @@ def test_ab_sends_both_sides_of_a_round_the_same_prompts_and_each_round_fresh_on
     for r in range(5):
         assert salts[f"baseline-{r}"] == salts[f"candidate-{r}"]
     assert len({salts[f"baseline-{r}"] for r in range(5)}) == 5
+
+
+def test_ab_keeps_a_profiles_own_prompt_salt(tmp_path, monkeypatch, rng):
+    """A profile that pins `[run] prompt_salt` gets its rounds named from it (`{salt}-r{r}`), not a new salt that
+    overrides it; resuming that A/B with a profile that pins another salt is refused."""
+    from bench import ab
+    from bench.errors import BenchError
+
+    salts: dict[str, str] = {}
+
+    def fake_run(env, args):
+        if args[0] != "sweep":
+            return 0
+        out = Path(args[args.index("--out") + 1])
+        salts[f"{out.parent.name}-{out.name}"] = args[args.index("--prompt-salt") + 1]
+        if not (out / "points").is_dir():
+            write_start(out, [rng.normal(1000, 5)], 10.0, rng)
+        return 0
+
+    profile = tmp_path / "pinned.toml"
+    profile.write_text(
+        (REPO / "profiles" / "tiny.toml").read_text().replace("[run]", '[run]\nprompt_salt = "pinned"', 1)
+    )
+    monkeypatch.setattr(ab, "_run", fake_run)
+    env = ab.Env("python", None)
+    ab.run_ab(str(profile), env, env, rounds=5, out=tmp_path / "ab", expected_noise=0.05)
+    assert salts == {f"{s}-round-{r}": f"pinned-r{r}" for s in ("baseline", "candidate") for r in range(5)}
+    profile.write_text(profile.read_text().replace('"pinned"', '"other"'))
+    with pytest.raises(BenchError, match="pins 'other'"):
+        ab.run_ab(str(profile), env, env, rounds=5, out=tmp_path / "ab", expected_noise=0.05, resume=True)
 
 
 def test_ab_calibrate_stores_the_between_start_noise_and_never_fails_an_a_a(tmp_path, monkeypatch, rng):
