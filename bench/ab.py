@@ -112,7 +112,6 @@ def run_ab(
     from bench.plan import plan_sweep
 
     planned = plan_sweep(profile, dry_run=True)
-    pin_salt(out, planned.profile.run.prompt_salt)
     profile_key = calibration.profile_key(planned.profile, repeat)
     if expected_noise is None and ray is not None:
         expected_noise = CPU_AA_BETWEEN_CV
@@ -125,6 +124,7 @@ def run_ab(
     design = _design(rounds, levels, alpha, expected_noise, max_effect, tests, correction, paired)
     print(f"ab design: {design}", file=sys.stderr, flush=True)
     gate = {"min_effect": min_effect, "max_effect": max_effect, "correction": correction, "paired": paired}
+    ab_salt(out, planned.profile.run.prompt_salt)  # after the design's checks: a refused A/B writes nothing
     result, looks = _run_rounds(max_rounds or rounds, levels, alpha, gate, a, b, out, profile, repeat, ray)
     code = _write_compare(out, result, looks, ray)
     if calibrate:
@@ -277,35 +277,32 @@ def sequential_levels(
     return levels
 
 
-def pin_salt(out: Path, pinned: str | None) -> None:
-    """A profile's own `[run] prompt_salt` (prompts to reproduce) becomes the A/B's salt, so its rounds are
-    `{salt}-r0`, `{salt}-r1`, ... from any checkout, not a new salt that would override it (found in review). A
-    resumed A/B keeps the salt it began with; one begun with another salt is refused, not mixed."""
+def ab_salt(out: Path, pinned: str | None = None) -> str:
+    """The A/B's own prompt salt, kept in `OUT/prompt-salt` so that `ab --resume` sends what the cut run would have:
+    the profile's `[run] prompt_salt` when it pins one (`pinned`: its rounds are `{salt}-r0`, `{salt}-r1`, ... from
+    any checkout, not a new salt that overrides it; found in review), else one made on the first call. A resumed
+    A/B keeps the salt it began with; one begun with another salt than the profile pins is refused, not mixed."""
     path = out / "prompt-salt"
-    if pinned is None:
-        return
-    if path.exists() and path.read_text().strip() != pinned:
-        raise BenchError(
-            f"{out} began with prompt salt {path.read_text().strip()!r}; the profile pins {pinned!r} "
-            "(a resumed A/B keeps its salt: give another --out, or the profile it began with)"
-        )
-    if not path.exists():
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, pinned.encode())
+    if path.exists():
+        salt = path.read_text().strip()
+        if pinned is not None and salt != pinned:
+            raise BenchError(
+                f"{out} began with prompt salt {salt!r}; the profile pins {pinned!r} "
+                "(a resumed A/B keeps its salt: give another --out, or the profile it began with)"
+            )
+        return salt
+    from bench.prompts import new_salt
+
+    salt = pinned or new_salt()
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, salt.encode())
+    return salt
 
 
 def round_salt(out: Path, r: int) -> str:
-    """The prompt salt of round r, both sides': the A/B's own salt (the profile's `[run] prompt_salt` if it pins
-    one, else made on its first call; kept in `OUT/prompt-salt` so that `ab --resume` sends what the cut run would
-    have) and the round. Each round's sides
-    are new server starts, so the same prompts on both hit no cache; the next round draws fresh ones."""
-    from bench.prompts import new_salt
-
-    path = out / "prompt-salt"
-    if not path.exists():
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, new_salt().encode())
-    return f"{path.read_text().strip()}-r{r}"
+    """The prompt salt of round r, both sides': the A/B's salt (`ab_salt`) and the round. Each round's sides are
+    new server starts, so the same prompts on both hit no cache; the next round draws fresh ones."""
+    return f"{ab_salt(out)}-r{r}"
 
 
 def _round(r: int, total: int, a: Env, b: Env, out: Path, profile: str, repeat: int, ray: str | None) -> None:

@@ -308,7 +308,8 @@ def summary_counts(df: pd.DataFrame) -> dict:
     ok = ok_points(df)
     best = None
     # the headline is a plain rank's: an emulated DCP rank prefills 1/N of the prompt (bench.dcp_emulation)
-    candidates = plain_points(ok) if len(plain_points(ok)) else ok
+    plain = plain_points(ok)
+    candidates = plain if len(plain) else ok
     if len(candidates) and candidates.output_throughput.notna().any():
         best = candidates.loc[candidates.output_throughput.idxmax()]
     return {

@@ -29,7 +29,7 @@ from bench.report.categories import html_columns
 from bench.report.dcp_view import COLUMNS as DCP_COLUMNS
 from bench.report.dcp_view import NOTE as DCP_NOTE
 from bench.report.servers import SERVER_HEADERS, SERVER_NOTE
-from bench.report.speedup import WITHIN_START, page_notes, speedup_precision
+from bench.report.speedup import WITHIN_START, page_notes
 from bench.report.speedup import stated as speedup_stated
 from bench.report.tables import AXIS_PREFIX
 
@@ -240,7 +240,7 @@ def point_tables(data: ReportData) -> dict[str, dict]:
     ok = data.points[data.points.status == "ok"]
     return {
         "results": table(
-            speedup_precision(result_fields.with_precision(ok)),
+            result_fields.with_precision(ok),
             axes_columns(data, {**result_fields.html_columns(ok), **speedup}),  # bench/report/result_fields.py
             row_class=lambda r: "best" if r["label"] == best else None,
             table_id="results",
@@ -393,7 +393,7 @@ def page_context(data: ReportData, images: Mapping[str, bytes | None]) -> dict:
         "tables": tables,
         "roofline_notes": data.roofline_notes,
         **page_notes(data.points),
-        "speedup_within_start": WITHIN_START.split(": ", 1)[1] if speedup_stated(data.points) else None,
+        "speedup_within_start": WITHIN_START if speedup_stated(data.points) else None,
         "has_roofline": bool(len(data.roofline)),
         "dcp_note": DCP_NOTE,
         "gpu_bandwidth": [(name, fmt(bw / 1e12, "g"), part) for name, bw, part in R.GPU_BANDWIDTH],

@@ -25,7 +25,11 @@ class ResultField:
 
 
 #: derived column -> the record's relative half-width it shows
-PRECISION = {"throughput_pm": "throughput_halfwidth", "tpot_pm": "tpot_halfwidth"}
+PRECISION = {
+    "throughput_pm": "throughput_halfwidth",
+    "tpot_pm": "tpot_halfwidth",
+    "speedup_output_pm": "speedup_output_halfwidth",  # bench.report.speedup.ratio_halfwidth
+}
 
 RESULT_FIELDS: tuple[ResultField, ...] = (
     ResultField("window", "window", None),
@@ -77,9 +81,9 @@ def _shown(f: ResultField, points: pd.DataFrame) -> bool:
 def with_precision(points: pd.DataFrame) -> pd.DataFrame:
     """`points` with the PRECISION text columns ("+-x.x%", None where the record states no precision)."""
     return points.assign(
-        **{shown: points[source].map(_pm) if source in points else None for shown, source in PRECISION.items()}
+        **{shown: points[source].map(pm_text) if source in points else None for shown, source in PRECISION.items()}
     )
 
 
-def _pm(halfwidth) -> str | None:
+def pm_text(halfwidth) -> str | None:
     return None if halfwidth is None or pd.isna(halfwidth) else f"{halfwidth:.1%}"

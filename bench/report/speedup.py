@@ -21,6 +21,7 @@ import pandas as pd
 
 from bench import dcp_emulation
 from bench.fmt import fmt
+from bench.report.result_fields import pm_text
 from bench.report.tables import plain_points
 
 # the baseline of a point: the k = 0 point of the same DCP, server axes (bench/axes.py) and load
@@ -37,11 +38,11 @@ BASELINE_KEY = [
 ]
 SPEEDUP_COLUMNS = ["point_id", "baseline_point_id", "speedup_output", "speedup_output_halfwidth", "speedup_tpot"]
 MARKDOWN_COLUMNS = {"speedup_output": "vs k=0 tok/s", "speedup_output_pm": "+-", "speedup_tpot": "vs k=0 TPOT"}
-#: what the speedup's +- is and leaves out (summary.md's note, report.html's header title)
+#: what the tok/s speedup's +- is and leaves out (summary.md's note and report.html's)
 WITHIN_START = (
-    "the tok/s speedup's `+-` combines the two points' 95% half-widths (root sum of squares of the relative "
-    "half-widths, both over steady windows): it is the precision within their server starts and leaves out the "
-    "spread between starts, which only a comparison over several starts (`bench ab`) measures"
+    "the two points' 95% half-widths combined (root sum of squares of the relative half-widths, both over steady "
+    "windows): the precision within their server starts, leaving out the spread between starts, which only a "
+    "comparison over several starts (`bench ab`) measures"
 )
 
 
@@ -60,8 +61,8 @@ def speedups(points: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for i, p in points.iterrows():
         b = by_key.get(keys[i])
-        row = {"point_id": p.point_id, "baseline_point_id": None, "speedup_output": np.nan, "speedup_tpot": np.nan}
-        row["speedup_output_halfwidth"] = np.nan
+        row = {"point_id": p.point_id, "baseline_point_id": None}
+        row |= {"speedup_output": np.nan, "speedup_output_halfwidth": np.nan, "speedup_tpot": np.nan}
         if b is not None:
             row["baseline_point_id"] = b.point_id
         if b is not None and p.status == "ok":
@@ -109,22 +110,17 @@ def best(points: pd.DataFrame, column: str = "speedup_tpot") -> tuple[str | None
     """The ok speculative point with the largest speedup (`label` when the table has one, else the point id),
     among the plain points when there are any: an emulated DCP rank's speedup is over its own emulated baseline,
     whose step is slowed by the widened projections (docs/kimi-rank.md), so it is not the headline."""
+    row = _best_row(points, column)
+    return (None, None) if row is None else (str(row.get("label", row.point_id)), float(row[column]))
+
+
+def _best_row(points: pd.DataFrame, column: str) -> pd.Series | None:
     if column not in points:
-        return None, None
+        return None
     spec = points[(points.status == "ok") & (points.num_speculative_tokens > 0) & points[column].notna()]
     plain = plain_points(spec)
     spec = plain if len(plain) else spec
-    if not len(spec):
-        return None, None
-    row = spec.loc[spec[column].idxmax()]
-    return str(row.get("label", row.point_id)), float(row[column])
-
-
-def speedup_precision(points: pd.DataFrame) -> pd.DataFrame:
-    """`points` with the tok/s speedup's +- as text ("x.x%", None where unknown), when it has speedups."""
-    if "speedup_output_halfwidth" not in points:
-        return points
-    return points.assign(speedup_output_pm=points.speedup_output_halfwidth.map(_pm))
+    return spec.loc[spec[column].idxmax()] if len(spec) else None
 
 
 def stated(points: pd.DataFrame) -> bool:
@@ -132,22 +128,21 @@ def stated(points: pd.DataFrame) -> bool:
     return "speedup_output_halfwidth" in points and bool(points.speedup_output_halfwidth.notna().any())
 
 
-def _pm(value) -> str | None:
-    return None if pd.isna(value) else f"{value:.1%}"
-
-
 def page_notes(points: pd.DataFrame) -> dict:
     """For report.html: the best speculative speedups over k = 0 (`speedup` None without a baseline), and what
     emulated DCP points model and leave out (`emulation` None without them)."""
     found: dict[str, dict[str, str | None] | None] = {}
     for column in ("speedup_tpot", "speedup_output"):
-        label, value = best(points, column)
-        found[column] = None if label is None else {"label": label, "value": fmt(value, ".2f")}
-    output = found["speedup_output"]
-    if output is not None:
-        at = points[points.get("label", points.point_id) == output["label"]]
-        pm = at.speedup_output_halfwidth.iloc[0] if "speedup_output_halfwidth" in at and len(at) else np.nan
-        output["pm"] = _pm(pm)
+        row = _best_row(points, column)
+        found[column] = (
+            None
+            if row is None
+            else {
+                "label": str(row.get("label", row.point_id)),
+                "value": fmt(float(row[column]), ".2f"),
+                "pm": pm_text(row.get("speedup_output_halfwidth")) if column == "speedup_output" else None,
+            }
+        )
     emulated = "dcp_emulated" in points and bool(points.dcp_emulated.notna().any())
     notes = {"modelled": dcp_emulation.MODELLED, "not_modelled": dcp_emulation.NOT_MODELLED}
     return {"speedup": found if any(found.values()) else None, "emulation": notes if emulated else None}
@@ -169,7 +164,7 @@ def markdown_results(ok: pd.DataFrame, columns: dict[str, tuple[str, int]]) -> t
         times = {
             c: ok[c].map(lambda v: None if pd.isna(v) else f"{v:.2f}x") for c in ("speedup_output", "speedup_tpot")
         }
-        shown = speedup_precision(shown).assign(**times)
+        shown = shown.assign(**times)  # (the +- text: result_fields.with_precision)
         pm = stated(ok)  # (summaries of whole-window sweeps stay what they were)
         columns.update({c: (h, 0) for c, h in MARKDOWN_COLUMNS.items() if pm or c != "speedup_output_pm"})
     return shown, columns
@@ -181,11 +176,10 @@ def markdown_notes(points: pd.DataFrame) -> list[str]:
     if "speedup_output" in points:
         lines += [
             "Speedups are over the no-speculation (k = 0) point of the same shape: `vs k=0 tok/s` = output tok/s "
-            "ratio (steady windows where both have one), `vs k=0 TPOT` = baseline TPOT p50 / this point's.",
+            "ratio (steady windows where both have one), `vs k=0 TPOT` = baseline TPOT p50 / this point's"
+            + (f"; the `+-` after `vs k=0 tok/s` is {WITHIN_START}." if stated(points) else "."),
             "",
         ]
-        if stated(points):
-            lines[-2] = lines[-2][:-1] + "; " + WITHIN_START + "."
         lines += _disagreements(points)
     if "dcp_emulated" in points and points.dcp_emulated.notna().any():
         lines += [
