@@ -8,12 +8,12 @@
 #   b   server start B: no-spec and FLASHMLA/fp8 again (8x1024x256 first, then the other shapes), a second folder
 #   x   the client cross-check (benchmarks/client_crosscheck.py) on one FLASHMLA/fp8 server, 8x1024x256, X_PROMPTS
 #       requests a run (default 128: windows of 25 s and more)
-# A_DIR / B_DIR name the result folders of a and b (default start-a / start-b); B_ENGINES the engine labels of b. GPU telemetry (SM and memory clocks,
+# PROF replaces the profile (a copy with another window cap). A_DIR / B_DIR name the result folders of a and b (default start-a / start-b); B_ENGINES the engine labels of b. GPU telemetry (SM and memory clocks,
 # power, temperature, throttle reasons, once a second) goes to gpu-telemetry.csv beside them.
 set -uo pipefail
 source scripts/gpu/common.sh
 budget=${1:?usage: issue18-steady.sh BUDGET_SECONDS STEP...}; shift
-prof=profiles/kimi-k2.6-rank-h200-steady.toml
+prof=${PROF:-profiles/kimi-k2.6-rank-h200-steady.toml}  # PROF: another profile (next-lease.sh's long window)
 mkdir -p /tmp/res
 [ -e /tmp/bench-patched ] || { python -m bench patch apply && touch /tmp/bench-patched; } || exit 1
 python -m bench patch status > "$OUT/patch-status.txt"
