@@ -282,3 +282,66 @@ def test_parse_axis_and_shape(xc):
     assert xc.parse_shape("4x64x32") == (4, 64, 32)
     with pytest.raises(ValueError):
         xc.parse_shape("4x64")
+
+
+def with_counts(fig, steps, per_position):
+    return fig | {"acceptance_steps": steps, "acceptance_per_position": per_position}
+
+
+def test_acceptance_compares_the_clients_in_standard_errors(xc):
+    # the counts of the committed H200 round (reports/examples/kimi-rank-h200-one-lease/crosscheck-25s)
+    bench_pos, vllm_pos = [0.6463031, 0.3945402, 0.2467360], [0.6548392, 0.4020175, 0.2543736]
+    rounds = rounds_of(xc, [(1.0, 1.0), (1.0, 1.0), (1.0, 1.0)])
+    for r in rounds[:2]:
+        r["bench"], r["vllm"] = with_counts(r["bench"], 14323, bench_pos), with_counts(r["vllm"], 14176, vllm_pos)
+    acc = xc.acceptance(rounds)
+    first = acc["per_round"][0]
+    assert first["bench"]["length"] == pytest.approx(2.28758, abs=1e-5)
+    assert first["difference"] == pytest.approx(-0.02365, abs=1e-5)
+    assert first["z"] == pytest.approx(-1.68, abs=0.01) and first["p"] == pytest.approx(0.093, abs=0.001)
+    assert "z" not in acc["per_round"][2]  # the third round has no counts: left out of the pool
+    # two rounds alike: the same difference, its standard error / sqrt(2)
+    assert acc["rounds_pooled"] == 2
+    assert acc["pooled"]["difference"] == pytest.approx(first["difference"])
+    assert acc["pooled"]["z"] == pytest.approx(first["z"] * 2**0.5)
+    text = xc.acceptance_text({"acceptance": acc})
+    assert "| 1 | 2.288 +-0.019 | 2.311 +-0.020 | -0.0237 | -1.68 | 0.093 |" in text
+    assert "| 3 | n/a |" in text and "| pooled (2) |" in text
+    assert xc.acceptance(rounds_of(xc, [(1.0, 1.0)])) is None  # no counts: no section
+    assert xc.acceptance_text({"acceptance": None}) == ""
+
+
+def test_rebuild_rereads_the_runs_and_keeps_what_only_the_run_knew(xc, tmp_path):
+    import json
+
+    (tmp_path / "bench-1" / "points").mkdir(parents=True)
+    record = BENCH_STEADY | {"raw": None}
+    record["spec_decode"] = {
+        "mean_acceptance_length": 2.3,
+        "num_drafts": 1000.0,
+        "per_position_acceptance": [0.65, 0.4, 0.25],
+    }
+    (tmp_path / "bench-1" / "points" / "4a49267507b5.json").write_text(json.dumps(record))
+    (tmp_path / "vllm-1").mkdir()
+    vllm = VLLM_RESULT | {"spec_decode_num_drafts": 1000, "spec_decode_per_position_acceptance_rates": [0.6, 0.4, 0.2]}
+    (tmp_path / "vllm-1" / "result.json").write_text(json.dumps(vllm))
+    old = {
+        "round": 1,
+        "order": ["bench", "vllm"],
+        "bench": {"dir": "bench-1", "seed": 2, "wall_s": 30.0, "output_tok_s": 1.0, "acceptance_length": 9.0},
+        "vllm": {"dir": "vllm-1", "seed": 2, "wall_s": 31.0, "output_tok_s": 1.0},
+        "bench_argv": ["bench"],
+        "vllm_argv": ["vllm"],
+    }
+    setup = {"shape": "4x64x32", "num_prompts": 16, "warmup_prompts": 4, "vllm_warmups": 4, "rounds": 1}
+    (tmp_path / "crosscheck.json").write_text(json.dumps({"setup": setup | {"server": "here"}, "rounds": [old]}))
+    data = xc.rebuild(tmp_path)
+    bench = data["rounds"][0]["bench"]
+    assert (bench["output_tok_s"], bench["acceptance_length"]) == (213.8, 2.3)  # from the record
+    assert (bench["seed"], bench["wall_s"]) == (2, 30.0)  # from the run
+    assert data["summary"]["headline"]["output_tok_s"]["per_round"] == [pytest.approx(213.8 / 184.18)]
+    assert data["acceptance"]["pooled"]["difference"] == pytest.approx(2.3 - 2.2)
+    assert json.loads((tmp_path / "crosscheck.json").read_text()) == data
+    assert "## Acceptance length" in (tmp_path / "crosscheck.md").read_text()
+    with pytest.raises(SystemExit, match="no crosscheck.json"):
+        xc.rebuild(tmp_path / "vllm-1")
