@@ -10,7 +10,9 @@ in two views: its headline (the steady span of its closed loop, where it has one
 send to last end, vLLM's definition, `metrics.whole`). It prints a table per round and the bench / vllm ratio per
 metric (mean, min, max over rounds) and writes `OUT/crosscheck.json` and `OUT/crosscheck.md` (after every round,
 so a failed run keeps the rounds before it). Per run it also records the CPU seconds of the client, of a server it
-started, and of other work on the machine (a shared host's noise).
+started, and of other work on the machine (a shared host's noise), and vLLM's own timing of the run (mean TPOT and
+TTFT from the server's /metrics histograms, warm-ups included on both sides): a client that times differently and a
+server that behaved differently under the two loads are then told apart.
 
     # against a running server (the profile describes it: its model and engine configuration)
     python benchmarks/client_crosscheck.py --url http://127.0.0.1:8000 --model bench-target \
@@ -57,7 +59,12 @@ METRICS = (
     ("tpot_mean_ms", "TPOT mean ms", ".2f"),
     ("tpot_p50_ms", "TPOT p50 ms", ".2f"),
     ("ttft_mean_ms", "TTFT mean ms", ".1f"),
+    # vLLM's own timing of the same run (its front end's per-request histograms: ServerCounters), the same in both
+    # views: whether the server behaved alike under the two clients, apart from how each client times it
+    ("server_tpot_mean_ms", "vLLM-timed TPOT mean ms", ".2f"),
+    ("server_ttft_mean_ms", "vLLM-timed TTFT mean ms", ".1f"),
 )
+SERVER_KEYS = ("server_tpot_mean_ms", "server_ttft_mean_ms")
 # Shown per run, not compared.
 INFO = (
     ("completed", "done", "d"),
@@ -234,7 +241,10 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _view(figures: dict, view: str) -> dict:
-    return figures if view == "headline" else (figures.get("whole") or {})
+    if view == "headline":
+        return figures
+    whole = figures.get("whole")
+    return {**{k: figures.get(k) for k in SERVER_KEYS}, **whole} if whole else {}
 
 
 def _rounds_text(setup: dict) -> str:
@@ -367,7 +377,7 @@ def round_table(r: dict) -> str:
         cells = [client, str(position), fig.get("window") or "whole"]
         rows.append(cells + [_fmt(fig.get(k), s) for k, _, s in METRICS + INFO])
         if client == "bench" and fig.get("window") != "whole" and fig.get("whole"):
-            whole = fig["whole"]
+            whole = _view(fig, "whole")
             cells = ["bench", str(position), "whole"] + [_fmt(whole.get(k), s) for k, _, s in METRICS]
             rows.append(cells + [_fmt(whole.get("duration_s"), ".2f")] + blank[1:])
     for view in VIEWS:
@@ -666,6 +676,52 @@ class CpuMeter:
         }
 
 
+class ServerCounters:
+    """What vLLM itself counted and timed while one client's command ran (its warm-up requests included, on both
+    sides alike): generated tokens, finished requests, and mean TTFT and TPOT from its front end's histograms
+    (bench.metrics.SERVED_COUNTERS, snapshots of /metrics before and after). None where the server has no such
+    counter or /metrics cannot be read."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.result: dict = {k: None for k in (*SERVER_KEYS, "server_requests", "server_tokens")}
+
+    def _snapshot(self) -> dict | None:
+        from bench.metrics import SERVED_COUNTERS, counter_totals, parse_prometheus, scrape
+
+        try:
+            return counter_totals(parse_prometheus(scrape(self.url)), SERVED_COUNTERS)
+        except Exception as exc:  # a server without /metrics: the figures stay unknown, the run goes on
+            _log(f"/metrics not read ({type(exc).__name__}: {exc}); vLLM-timed figures unknown for this run")
+            return None
+
+    def __enter__(self) -> ServerCounters:
+        self.before = self._snapshot()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        after = self._snapshot()
+        if self.before is not None and after is not None:
+            self.result = served_figures(self.before, after)
+
+
+def served_figures(before: dict, after: dict) -> dict:
+    """ServerCounters' figures from two bench.metrics.counter_totals snapshots of SERVED_COUNTERS."""
+    from bench.metrics import SERVED_COUNTERS, counter_deltas
+
+    d = counter_deltas(before, after, SERVED_COUNTERS)
+
+    def mean_ms(total: float | None, n: float | None) -> float | None:
+        return total * 1e3 / n if total is not None and n else None
+
+    return {
+        "server_tpot_mean_ms": mean_ms(d["tpot_s_sum"], d["tpot_count"]),
+        "server_ttft_mean_ms": mean_ms(d["ttft_s_sum"], d["ttft_count"]),
+        "server_requests": d["finished_requests"],
+        "server_tokens": d["generation_tokens"],
+    }
+
+
 def start_server(profile_path: Path, out: Path) -> Target:
     """Start the profile's (one) engine configuration as a sweep does (bench.executor.run_engine): its models
     resolved or generated, `vllm serve` argv and environment from bench.launch.server_spec, run by
@@ -843,7 +899,7 @@ def main(argv: list[str] | None = None) -> int:
                     d = out / f"bench-{r}"
                     profile = write_profile(f"bench-{r}", shape=shape, warmup_prompts=warmup, seed=seed)
                     cmd = bench_argv(target.url, target.model, profile, d)
-                    with CpuMeter(target.pids) as meter:
+                    with CpuMeter(target.pids) as meter, ServerCounters(target.url) as served:
                         wall = run_logged(cmd, out / f"bench-{r}.log")
                     fig = read_bench_dir(d)
                     if r == 1 and fig.get("warmup_requests"):
@@ -853,10 +909,10 @@ def main(argv: list[str] | None = None) -> int:
                     cmd = vllm_argv(
                         target.url, target.model, target.tokenizer, shape, args.num_prompts, vllm_warmups, seed, d
                     )
-                    with CpuMeter(target.pids) as meter:
+                    with CpuMeter(target.pids) as meter, ServerCounters(target.url) as served:
                         wall = run_logged(cmd, out / f"vllm-{r}.log")
                     fig = parse_vllm(json.loads((d / "result.json").read_text()))
-                entry[client] = {**fig, "seed": seed, "dir": d.name, "wall_s": wall, **meter.result}
+                entry[client] = {**fig, "seed": seed, "dir": d.name, "wall_s": wall, **meter.result, **served.result}
                 entry[client + "_argv"] = cmd
                 _log(
                     f"round {r} {client}: {_fmt(fig['output_tok_s'], '.1f')} tok/s ({fig['window']}), TPOT mean "

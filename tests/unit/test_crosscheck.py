@@ -345,3 +345,29 @@ def test_rebuild_rereads_the_runs_and_keeps_what_only_the_run_knew(xc, tmp_path)
     assert "## Acceptance length" in (tmp_path / "crosscheck.md").read_text()
     with pytest.raises(SystemExit, match="no crosscheck.json"):
         xc.rebuild(tmp_path / "vllm-1")
+
+
+def test_vllm_timed_figures_from_two_counter_snapshots(xc):
+    before = {"generation_tokens": 100.0, "finished_requests": 4.0, "ttft_s_sum": 1.0, "ttft_count": 4.0}
+    before |= {"tpot_s_sum": 0.1, "tpot_count": 4.0}
+    after = {"generation_tokens": 612.0, "finished_requests": 20.0, "ttft_s_sum": 2.6, "ttft_count": 20.0}
+    after |= {"tpot_s_sum": 0.42, "tpot_count": 20.0}
+    fig = xc.served_figures(before, after)
+    assert fig["server_tpot_mean_ms"] == pytest.approx(20.0) and fig["server_ttft_mean_ms"] == pytest.approx(100.0)
+    assert (fig["server_requests"], fig["server_tokens"]) == (16.0, 512.0)
+    assert xc.served_figures(before, before | {"tpot_s_sum": None})["server_tpot_mean_ms"] is None
+    # the same in both views, and a ratio row like the clients' own figures
+    rounds = rounds_of(xc, [(1.0, 1.0)])
+    rounds[0]["bench"] |= fig
+    rounds[0]["vllm"] |= fig | {"server_tpot_mean_ms": 16.0}
+    for view in xc.VIEWS:
+        assert xc.ratios(rounds, view)["server_tpot_mean_ms"]["per_round"] == [pytest.approx(1.25)]
+    table = xc.round_table(rounds[0])
+    assert "| bench | 1 | whole | 209.4 | 15.74 | 15.61 | 119.6 | 20.00 | 100.0 | 2.44 |" in table
+    assert "| bench/vllm (whole) |  |  | 1.137 | 0.869 | 0.957 | 0.935 | 1.250 | 1.000 |" in table
+
+
+def test_server_counters_without_a_server_leave_the_figures_unknown(xc):
+    with xc.ServerCounters("http://127.0.0.1:9") as served:
+        pass
+    assert served.result["server_tpot_mean_ms"] is None and served.result["server_requests"] is None
