@@ -198,6 +198,19 @@ def acceptance(counts: dict) -> dict:
     }
 
 
+def acceptance_length_se(per_position: list[float] | None, drafts: float | None) -> float | None:
+    """Standard error of the mean acceptance length over `drafts` verify steps, from the per-position acceptance
+    fractions (position i accepted in a fraction p_i of the steps, so a step accepts X >= i drafts with p_i: E[X] =
+    sum p_i, E[X^2] = sum (2i - 1) p_i), if the steps are independent draws. That holds for vLLM's synthetic
+    acceptance (one uniform draw per position and step); a real draft's steps correlate within a request, and this
+    understates their error. None without per-position fractions or steps."""
+    if not per_position or not drafts:
+        return None
+    mean = sum(per_position)
+    square = sum((2 * i + 1) * p for i, p in enumerate(per_position))
+    return math.sqrt(max(square - mean * mean, 0.0) / drafts)
+
+
 def spec_delta(before: dict, after: dict) -> dict:
     """Acceptance over the measured window from two counter snapshots."""
     return acceptance(counter_delta(before, after))

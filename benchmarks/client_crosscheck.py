@@ -10,7 +10,9 @@ in two views: its headline (the steady span of its closed loop, where it has one
 send to last end, vLLM's definition, `metrics.whole`). It prints a table per round and the bench / vllm ratio per
 metric (mean, min, max over rounds) and writes `OUT/crosscheck.json` and `OUT/crosscheck.md` (after every round,
 so a failed run keeps the rounds before it). Per run it also records the CPU seconds of the client, of a server it
-started, and of other work on the machine (a shared host's noise).
+started, and of other work on the machine (a shared host's noise), and vLLM's own timing of the run (mean TPOT and
+TTFT from the server's /metrics histograms, warm-ups included on both sides): a client that times differently and a
+server that behaved differently under the two loads are then told apart.
 
     # against a running server (the profile describes it: its model and engine configuration)
     python benchmarks/client_crosscheck.py --url http://127.0.0.1:8000 --model bench-target \
@@ -57,7 +59,12 @@ METRICS = (
     ("tpot_mean_ms", "TPOT mean ms", ".2f"),
     ("tpot_p50_ms", "TPOT p50 ms", ".2f"),
     ("ttft_mean_ms", "TTFT mean ms", ".1f"),
+    # vLLM's own timing of the same run (its front end's per-request histograms: ServerCounters), the same in both
+    # views: whether the server behaved alike under the two clients, apart from how each client times it
+    ("server_tpot_mean_ms", "vLLM-timed TPOT mean ms", ".2f"),
+    ("server_ttft_mean_ms", "vLLM-timed TTFT mean ms", ".1f"),
 )
+SERVER_KEYS = ("server_tpot_mean_ms", "server_ttft_mean_ms")
 # Shown per run, not compared.
 INFO = (
     ("completed", "done", "d"),
@@ -182,6 +189,8 @@ def parse_bench(record: dict, raw_rows: Sequence[dict] | None = None) -> dict:
         **prompts,
         "prompt_tokens_sent_mean": sent,
         "acceptance_length": (record.get("spec_decode") or {}).get("mean_acceptance_length"),
+        "acceptance_steps": (record.get("spec_decode") or {}).get("num_drafts"),
+        "acceptance_per_position": (record.get("spec_decode") or {}).get("per_position_acceptance"),
         "warmup_requests": (record.get("warmup") or {}).get("requests"),
     }
 
@@ -219,6 +228,8 @@ def parse_vllm(result: dict) -> dict:
         **prompts,
         "prompt_tokens_sent_mean": None,
         "acceptance_length": result.get("spec_decode_acceptance_length"),
+        "acceptance_steps": result.get("spec_decode_num_drafts"),
+        "acceptance_per_position": result.get("spec_decode_per_position_acceptance_rates"),
         "warmup_requests": None,
     }
 
@@ -230,7 +241,10 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _view(figures: dict, view: str) -> dict:
-    return figures if view == "headline" else (figures.get("whole") or {})
+    if view == "headline":
+        return figures
+    whole = figures.get("whole")
+    return {**{k: figures.get(k) for k in SERVER_KEYS}, **whole} if whole else {}
 
 
 def _rounds_text(setup: dict) -> str:
@@ -262,6 +276,88 @@ def ratios(rounds: Sequence[dict], view: str = "headline") -> dict:
     return out
 
 
+def _acceptance_side(figs: Sequence[dict]) -> dict | None:
+    """One client's acceptance over runs pooled by verify steps: mean length, its standard error (steps as
+    independent draws: bench.metrics.acceptance_length_se) and the steps. None unless every run has both."""
+    from bench.metrics import acceptance_length_se
+
+    runs: list[tuple[float, list[float]]] = []
+    for f in figs:
+        n, pos = f.get("acceptance_steps"), f.get("acceptance_per_position")
+        if not n or not pos:
+            return None
+        runs.append((float(n), list(pos)))
+    if not runs:
+        return None
+    steps = float(sum(n for n, _ in runs))
+    k = max(len(pos) for _, pos in runs)
+    pooled = [sum(n * (pos[i] if i < len(pos) else 0.0) for n, pos in runs) / steps for i in range(k)]
+    return {"length": 1 + sum(pooled), "se": acceptance_length_se(pooled, steps), "steps": steps}
+
+
+def _difference(bench: dict | None, vllm: dict | None) -> dict | None:
+    """bench - vllm in acceptance length, with its z and two-sided p (normal)."""
+    if bench is None or vllm is None:
+        return None
+    diff = bench["length"] - vllm["length"]
+    se = math.hypot(bench["se"], vllm["se"])
+    z = diff / se if se else None
+    return {
+        "bench": bench,
+        "vllm": vllm,
+        "difference": diff,
+        "z": z,
+        "p": math.erfc(abs(z) / math.sqrt(2)) if z is not None else None,
+    }
+
+
+def acceptance(rounds: Sequence[dict]) -> dict | None:
+    """Mean acceptance length of each client per round and pooled over the rounds, and whether they differ
+    beyond chance (z of bench - vllm). Under synthetic acceptance both clients draw from the same rates, so a
+    |z| above 1.96 in the pooled row is a difference between what the two runs made the server do. None when no
+    round has both clients' per-position counts."""
+    per_round = [
+        {"round": r["round"], **(_difference(_acceptance_side([r["bench"]]), _acceptance_side([r["vllm"]])) or {})}
+        for r in rounds
+    ]
+    if not any("z" in x for x in per_round):
+        return None
+    known = [r for r in rounds if _acceptance_side([r["bench"]]) and _acceptance_side([r["vllm"]])]
+    pooled = _difference(_acceptance_side([r["bench"] for r in known]), _acceptance_side([r["vllm"] for r in known]))
+    return {"per_round": per_round, "pooled": pooled, "rounds_pooled": len(known)}
+
+
+def acceptance_text(result: dict) -> str:
+    """The acceptance section: a row per round and the pooled row, or "" without counts."""
+    acc = result.get("acceptance")
+    if not acc:
+        return ""
+    rows = []
+    for x in acc["per_round"] + [{"round": f"pooled ({acc['rounds_pooled']})", **acc["pooled"]}]:
+        if "z" not in x:
+            rows.append([str(x["round"]), "n/a", "n/a", "n/a", "n/a", "n/a"])
+            continue
+        b, v = x["bench"], x["vllm"]
+        rows.append(
+            [str(x["round"]), f"{b['length']:.3f} +-{1.96 * b['se']:.3f}", f"{v['length']:.3f} +-{1.96 * v['se']:.3f}"]
+            + [f"{x['difference']:+.4f}", _fmt(x["z"], "+.2f"), _fmt(x["p"], ".3f")]
+        )
+    headers = ["round", "bench", "vllm", "bench - vllm", "z", "p (two-sided)"]
+    return "\n".join(
+        [
+            "## Acceptance length",
+            "",
+            "Mean acceptance length (1 + accepted / verify steps, vLLM's counters over each run) with its 95% "
+            "half-width, and bench - vllm in standard errors, the verify steps taken as independent draws. That "
+            "holds under synthetic acceptance (one uniform draw per position and step); a real draft's steps "
+            "correlate within a request, and there |z| is overstated. |z| above 1.96 is a difference at 95%.",
+            "",
+            *md_rows(headers, rows),
+            "",
+        ]
+    )
+
+
 def _fmt(value: Any, spec: str) -> str:
     if value is None:
         return "n/a"
@@ -281,7 +377,7 @@ def round_table(r: dict) -> str:
         cells = [client, str(position), fig.get("window") or "whole"]
         rows.append(cells + [_fmt(fig.get(k), s) for k, _, s in METRICS + INFO])
         if client == "bench" and fig.get("window") != "whole" and fig.get("whole"):
-            whole = fig["whole"]
+            whole = _view(fig, "whole")
             cells = ["bench", str(position), "whole"] + [_fmt(whole.get(k), s) for k, _, s in METRICS]
             rows.append(cells + [_fmt(whole.get("duration_s"), ".2f")] + blank[1:])
     for view in VIEWS:
@@ -334,6 +430,7 @@ def markdown(result: dict) -> str:
         "## Summary",
         "",
         summaries_text(result),
+        acceptance_text(result),
     ]
     for r in result["rounds"]:
         parts += [f"## Round {r['round']} ({' then '.join(r['order'])})", "", round_table(r), ""]
@@ -486,6 +583,27 @@ def read_bench_dir(root: Path) -> dict:
     return {**parse_bench(record, rows), "point_id": record.get("point_id")}
 
 
+def rebuild(out: Path) -> dict:
+    """A cross-check's crosscheck.{json,md} rebuilt from its runs' committed records (each round's bench-<r>
+    point record and raw rows, vllm-<r>/result.json), keeping what only the run itself knew (seeds, wall and CPU
+    seconds, argv, setup). The figures then come from the records as this script reads them now."""
+    path = out / "crosscheck.json"
+    if not path.exists():
+        raise SystemExit(f"{out}: no crosscheck.json to rebuild")
+    data = json.loads(path.read_text())
+    for r in data["rounds"]:
+        for client in CLIENTS:
+            old = r[client]
+            d = out / old["dir"]
+            fig = read_bench_dir(d) if client == "bench" else parse_vllm(json.loads((d / "result.json").read_text()))
+            r[client] = {**old, **fig}
+    data["summary"] = {view: ratios(data["rounds"], view) for view in VIEWS}
+    data["acceptance"] = acceptance(data["rounds"])
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    (out / "crosscheck.md").write_text(markdown(data))
+    return data
+
+
 class Target:
     """The server the clients share: a running one (--url) or one started here (--start), stopped by close();
     `pids` lists its processes (none for a server started elsewhere)."""
@@ -558,6 +676,52 @@ class CpuMeter:
         }
 
 
+class ServerCounters:
+    """What vLLM itself counted and timed while one client's command ran (its warm-up requests included, on both
+    sides alike): generated tokens, finished requests, and mean TTFT and TPOT from its front end's histograms
+    (bench.metrics.SERVED_COUNTERS, snapshots of /metrics before and after). None where the server has no such
+    counter or /metrics cannot be read."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.result: dict = {k: None for k in (*SERVER_KEYS, "server_requests", "server_tokens")}
+
+    def _snapshot(self) -> dict | None:
+        from bench.metrics import SERVED_COUNTERS, counter_totals, parse_prometheus, scrape
+
+        try:
+            return counter_totals(parse_prometheus(scrape(self.url)), SERVED_COUNTERS)
+        except Exception as exc:  # a server without /metrics: the figures stay unknown, the run goes on
+            _log(f"/metrics not read ({type(exc).__name__}: {exc}); vLLM-timed figures unknown for this run")
+            return None
+
+    def __enter__(self) -> ServerCounters:
+        self.before = self._snapshot()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        after = self._snapshot()
+        if self.before is not None and after is not None:
+            self.result = served_figures(self.before, after)
+
+
+def served_figures(before: dict, after: dict) -> dict:
+    """ServerCounters' figures from two bench.metrics.counter_totals snapshots of SERVED_COUNTERS."""
+    from bench.metrics import SERVED_COUNTERS, counter_deltas
+
+    d = counter_deltas(before, after, SERVED_COUNTERS)
+
+    def mean_ms(total: float | None, n: float | None) -> float | None:
+        return total * 1e3 / n if total is not None and n else None
+
+    return {
+        "server_tpot_mean_ms": mean_ms(d["tpot_s_sum"], d["tpot_count"]),
+        "server_ttft_mean_ms": mean_ms(d["ttft_s_sum"], d["ttft_count"]),
+        "server_requests": d["finished_requests"],
+        "server_tokens": d["generation_tokens"],
+    }
+
+
 def start_server(profile_path: Path, out: Path) -> Target:
     """Start the profile's (one) engine configuration as a sweep does (bench.executor.run_engine): its models
     resolved or generated, `vllm serve` argv and environment from bench.launch.server_spec, run by
@@ -614,6 +778,12 @@ def build_parser() -> argparse.ArgumentParser:
     where = ap.add_mutually_exclusive_group(required=True)
     where.add_argument("--url", help="base URL of a running server")
     where.add_argument("--start", metavar="PROFILE", help="start the profile's server here (name or .toml)")
+    where.add_argument(
+        "--rebuild",
+        type=Path,
+        metavar="OUT",
+        help="rewrite OUT's crosscheck.{json,md} from its runs' records (after a change to this script's reading)",
+    )
     ap.add_argument("--profile", help="with --url: the profile bench load runs (default: tiny)")
     ap.add_argument("--model", help="with --url: the served model name (default: the server's only one)")
     ap.add_argument("--tokenizer", help="with --url: the served model's folder (default: the profile's target)")
@@ -630,12 +800,20 @@ def build_parser() -> argparse.ArgumentParser:
         "says how many rounds ran and why it stopped",
     )
     ap.add_argument("--axis", action="append", default=[], help="KEY=VALUE: pin an engine axis of the profile")
-    ap.add_argument("--out", type=Path, required=True, help="folder for every run and crosscheck.{json,md}")
+    ap.add_argument("--out", type=Path, help="folder for every run and crosscheck.{json,md} (needed to run one)")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.rebuild:
+        data = rebuild(args.rebuild)
+        print(summaries_text(data) + "\n" + acceptance_text(data))
+        _log(f"rebuilt {args.rebuild / 'crosscheck.json'} and {args.rebuild / 'crosscheck.md'}")
+        return 0
+    if args.out is None:
+        parser.error("--out is needed with --url or --start")
     from bench.plan import plan_sweep
     from bench.profile import resolve_profile_path
 
@@ -690,6 +868,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             "rounds": rounds,
             "summary": {view: ratios(rounds, view) for view in VIEWS},
+            "acceptance": acceptance(rounds),
         }
 
     def write() -> None:  # after every round: a failed run keeps the rounds before it
@@ -720,7 +899,7 @@ def main(argv: list[str] | None = None) -> int:
                     d = out / f"bench-{r}"
                     profile = write_profile(f"bench-{r}", shape=shape, warmup_prompts=warmup, seed=seed)
                     cmd = bench_argv(target.url, target.model, profile, d)
-                    with CpuMeter(target.pids) as meter:
+                    with CpuMeter(target.pids) as meter, ServerCounters(target.url) as served:
                         wall = run_logged(cmd, out / f"bench-{r}.log")
                     fig = read_bench_dir(d)
                     if r == 1 and fig.get("warmup_requests"):
@@ -730,10 +909,10 @@ def main(argv: list[str] | None = None) -> int:
                     cmd = vllm_argv(
                         target.url, target.model, target.tokenizer, shape, args.num_prompts, vllm_warmups, seed, d
                     )
-                    with CpuMeter(target.pids) as meter:
+                    with CpuMeter(target.pids) as meter, ServerCounters(target.url) as served:
                         wall = run_logged(cmd, out / f"vllm-{r}.log")
                     fig = parse_vllm(json.loads((d / "result.json").read_text()))
-                entry[client] = {**fig, "seed": seed, "dir": d.name, "wall_s": wall, **meter.result}
+                entry[client] = {**fig, "seed": seed, "dir": d.name, "wall_s": wall, **meter.result, **served.result}
                 entry[client + "_argv"] = cmd
                 _log(
                     f"round {r} {client}: {_fmt(fig['output_tok_s'], '.1f')} tok/s ({fig['window']}), TPOT mean "
@@ -749,7 +928,7 @@ def main(argv: list[str] | None = None) -> int:
             target.close()
         signal.signal(signal.SIGTERM, previous)
     write()
-    print("\n" + summaries_text(result()))
+    print("\n" + summaries_text(result()) + "\n" + acceptance_text(result()))
     _log(f"wrote {out / 'crosscheck.json'} and {out / 'crosscheck.md'}")
     return 0
 

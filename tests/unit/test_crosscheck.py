@@ -282,3 +282,92 @@ def test_parse_axis_and_shape(xc):
     assert xc.parse_shape("4x64x32") == (4, 64, 32)
     with pytest.raises(ValueError):
         xc.parse_shape("4x64")
+
+
+def with_counts(fig, steps, per_position):
+    return fig | {"acceptance_steps": steps, "acceptance_per_position": per_position}
+
+
+def test_acceptance_compares_the_clients_in_standard_errors(xc):
+    # the counts of the committed H200 round (reports/examples/kimi-rank-h200-one-lease/crosscheck-25s)
+    bench_pos, vllm_pos = [0.6463031, 0.3945402, 0.2467360], [0.6548392, 0.4020175, 0.2543736]
+    rounds = rounds_of(xc, [(1.0, 1.0), (1.0, 1.0), (1.0, 1.0)])
+    for r in rounds[:2]:
+        r["bench"], r["vllm"] = with_counts(r["bench"], 14323, bench_pos), with_counts(r["vllm"], 14176, vllm_pos)
+    acc = xc.acceptance(rounds)
+    first = acc["per_round"][0]
+    assert first["bench"]["length"] == pytest.approx(2.28758, abs=1e-5)
+    assert first["difference"] == pytest.approx(-0.02365, abs=1e-5)
+    assert first["z"] == pytest.approx(-1.68, abs=0.01) and first["p"] == pytest.approx(0.093, abs=0.001)
+    assert "z" not in acc["per_round"][2]  # the third round has no counts: left out of the pool
+    # two rounds alike: the same difference, its standard error / sqrt(2)
+    assert acc["rounds_pooled"] == 2
+    assert acc["pooled"]["difference"] == pytest.approx(first["difference"])
+    assert acc["pooled"]["z"] == pytest.approx(first["z"] * 2**0.5)
+    text = xc.acceptance_text({"acceptance": acc})
+    assert "| 1 | 2.288 +-0.019 | 2.311 +-0.020 | -0.0237 | -1.68 | 0.093 |" in text
+    assert "| 3 | n/a |" in text and "| pooled (2) |" in text
+    assert xc.acceptance(rounds_of(xc, [(1.0, 1.0)])) is None  # no counts: no section
+    assert xc.acceptance_text({"acceptance": None}) == ""
+
+
+def test_rebuild_rereads_the_runs_and_keeps_what_only_the_run_knew(xc, tmp_path):
+    import json
+
+    (tmp_path / "bench-1" / "points").mkdir(parents=True)
+    record = BENCH_STEADY | {"raw": None}
+    record["spec_decode"] = {
+        "mean_acceptance_length": 2.3,
+        "num_drafts": 1000.0,
+        "per_position_acceptance": [0.65, 0.4, 0.25],
+    }
+    (tmp_path / "bench-1" / "points" / "4a49267507b5.json").write_text(json.dumps(record))
+    (tmp_path / "vllm-1").mkdir()
+    vllm = VLLM_RESULT | {"spec_decode_num_drafts": 1000, "spec_decode_per_position_acceptance_rates": [0.6, 0.4, 0.2]}
+    (tmp_path / "vllm-1" / "result.json").write_text(json.dumps(vllm))
+    old = {
+        "round": 1,
+        "order": ["bench", "vllm"],
+        "bench": {"dir": "bench-1", "seed": 2, "wall_s": 30.0, "output_tok_s": 1.0, "acceptance_length": 9.0},
+        "vllm": {"dir": "vllm-1", "seed": 2, "wall_s": 31.0, "output_tok_s": 1.0},
+        "bench_argv": ["bench"],
+        "vllm_argv": ["vllm"],
+    }
+    setup = {"shape": "4x64x32", "num_prompts": 16, "warmup_prompts": 4, "vllm_warmups": 4, "rounds": 1}
+    (tmp_path / "crosscheck.json").write_text(json.dumps({"setup": setup | {"server": "here"}, "rounds": [old]}))
+    data = xc.rebuild(tmp_path)
+    bench = data["rounds"][0]["bench"]
+    assert (bench["output_tok_s"], bench["acceptance_length"]) == (213.8, 2.3)  # from the record
+    assert (bench["seed"], bench["wall_s"]) == (2, 30.0)  # from the run
+    assert data["summary"]["headline"]["output_tok_s"]["per_round"] == [pytest.approx(213.8 / 184.18)]
+    assert data["acceptance"]["pooled"]["difference"] == pytest.approx(2.3 - 2.2)
+    assert json.loads((tmp_path / "crosscheck.json").read_text()) == data
+    assert "## Acceptance length" in (tmp_path / "crosscheck.md").read_text()
+    with pytest.raises(SystemExit, match="no crosscheck.json"):
+        xc.rebuild(tmp_path / "vllm-1")
+
+
+def test_vllm_timed_figures_from_two_counter_snapshots(xc):
+    before = {"generation_tokens": 100.0, "finished_requests": 4.0, "ttft_s_sum": 1.0, "ttft_count": 4.0}
+    before |= {"tpot_s_sum": 0.1, "tpot_count": 4.0}
+    after = {"generation_tokens": 612.0, "finished_requests": 20.0, "ttft_s_sum": 2.6, "ttft_count": 20.0}
+    after |= {"tpot_s_sum": 0.42, "tpot_count": 20.0}
+    fig = xc.served_figures(before, after)
+    assert fig["server_tpot_mean_ms"] == pytest.approx(20.0) and fig["server_ttft_mean_ms"] == pytest.approx(100.0)
+    assert (fig["server_requests"], fig["server_tokens"]) == (16.0, 512.0)
+    assert xc.served_figures(before, before | {"tpot_s_sum": None})["server_tpot_mean_ms"] is None
+    # the same in both views, and a ratio row like the clients' own figures
+    rounds = rounds_of(xc, [(1.0, 1.0)])
+    rounds[0]["bench"] |= fig
+    rounds[0]["vllm"] |= fig | {"server_tpot_mean_ms": 16.0}
+    for view in xc.VIEWS:
+        assert xc.ratios(rounds, view)["server_tpot_mean_ms"]["per_round"] == [pytest.approx(1.25)]
+    table = xc.round_table(rounds[0])
+    assert "| bench | 1 | whole | 209.4 | 15.74 | 15.61 | 119.6 | 20.00 | 100.0 | 2.44 |" in table
+    assert "| bench/vllm (whole) |  |  | 1.137 | 0.869 | 0.957 | 0.935 | 1.250 | 1.000 |" in table
+
+
+def test_server_counters_without_a_server_leave_the_figures_unknown(xc):
+    with xc.ServerCounters("http://127.0.0.1:9") as served:
+        pass
+    assert served.result["server_tpot_mean_ms"] is None and served.result["server_requests"] is None

@@ -180,3 +180,20 @@ def test_prometheus_text_through_prometheus_clients_parser():
     assert ("vllm:e2e_request_latency_seconds_count", {"model_name": "m"}, 4.0) in samples
     with pytest.raises(BenchError, match="/metrics page does not parse"):
         M.parse_prometheus('vllm:x{model_name="m" 1.0\n')
+
+
+def test_acceptance_length_se_is_the_standard_error_of_the_steps_accepted():
+    # the per-position fractions of a sample of steps (position i accepted where X >= i) give back the sample's
+    # own variance of X, so the standard error is its standard deviation over sqrt(steps)
+    import random
+    import statistics
+
+    rng = random.Random(7)
+    steps = [min(sum(1 for _ in iter(lambda: rng.random() < 0.6, False)), 3) for _ in range(5000)]
+    per_position = [sum(x >= i for x in steps) / len(steps) for i in (1, 2, 3)]
+    se = M.acceptance_length_se(per_position, len(steps))
+    assert se == pytest.approx(statistics.pstdev(steps) / len(steps) ** 0.5)
+    # the synthetic rates 0.65 / 0.40 / 0.25: steps accept 0, 1, 2, 3 drafts with 0.35 / 0.25 / 0.15 / 0.25
+    assert M.acceptance_length_se([0.65, 0.40, 0.25], 1) == pytest.approx((3.1 - 1.3**2) ** 0.5)
+    assert M.acceptance_length_se([1.0, 1.0], 100) == 0.0  # every draft accepted: no spread
+    assert M.acceptance_length_se(None, 100) is None and M.acceptance_length_se([0.5], 0) is None
