@@ -59,12 +59,17 @@ METRICS = (
     ("tpot_mean_ms", "TPOT mean ms", ".2f"),
     ("tpot_p50_ms", "TPOT p50 ms", ".2f"),
     ("ttft_mean_ms", "TTFT mean ms", ".1f"),
-    # vLLM's own timing of the same run (its front end's per-request histograms: ServerCounters), the same in both
-    # views: whether the server behaved alike under the two clients, apart from how each client times it
+    # vLLM's own timing of each client's measured requests (its per-request histograms in /metrics: bench's point
+    # record `served`, vLLM's client by ServerCounters), the same in both views: whether the server behaved alike
+    # under the two clients, apart from how each client times it
     ("server_tpot_mean_ms", "vLLM-timed TPOT mean ms", ".2f"),
     ("server_ttft_mean_ms", "vLLM-timed TTFT mean ms", ".1f"),
 )
 SERVER_KEYS = ("server_tpot_mean_ms", "server_ttft_mean_ms")
+RHYTHM_KEYS = ("step_p50_ms", "stall_share", "stall_p50_ms")
+# What `vllm bench serve` prints when its test request and warm-ups are done and its measured requests begin
+# (vllm/benchmarks/serve.py in 0.26.0 and 0.32.0).
+MAIN_RUN = "Starting main benchmark run"
 # Shown per run, not compared.
 INFO = (
     ("completed", "done", "d"),
@@ -74,6 +79,10 @@ INFO = (
     ("prompt_tokens_min", "min", "d"),
     ("prompt_tokens_max", "max", "d"),
     ("acceptance_length", "accept len", ".3f"),
+    # the server's rhythm seen from each client's token arrival times over its steady span (step_rhythm)
+    ("step_p50_ms", "step p50 ms", ".2f"),
+    ("stall_share", "stall share", ".0%"),
+    ("stall_p50_ms", "stall p50 ms", ".0f"),
     ("client_cpu_s", "client CPU s", ".1f"),
     ("server_cpu_s", "server CPU s", ".1f"),
     ("other_share", "other work", ".1%"),
@@ -137,6 +146,37 @@ def _lengths(values: Sequence[int | None]) -> dict:
     }
 
 
+def step_rhythm(rows: Sequence[dict], concurrency: int | None) -> dict:
+    """What the server did, read from one run's token arrival times by the suite's steady-window code
+    (bench.window), the same for both clients: over the span in which all C requests were in flight, the step
+    p50 (gaps between a request's successive chunks) and the stalls (gaps of no token for any request longer than
+    STALL_FACTOR x that p50: a new request's prefill stopping the batch), their share of the span and their p50.
+    Empty without a steady span."""
+    from bench import window as W
+
+    span = W.steady_span(rows, concurrency) if concurrency else None
+    if span is None:
+        return {}
+    steps = [g * 1e3 for _, g, _ in W.step_gaps(rows, span)]
+    step_p50 = float(statistics.median(steps)) if steps else None
+    st = W.stalls(rows, span, step_p50)
+    return {"step_p50_ms": step_p50, "stall_share": st["share"], "stall_p50_ms": st["p50_ms"]}
+
+
+def vllm_rows(result: dict) -> list[dict]:
+    """`vllm bench serve --save-detailed` requests as bench's raw rows for bench.window: sent at start_times, a
+    chunk at TTFT and one after each ITL (vLLM's client times chunks, not tokens: one token each here)."""
+    rows = []
+    for start, ttft, itls in zip(result.get("start_times") or (), result.get("ttfts") or (), result.get("itls") or ()):
+        if not ttft:
+            continue
+        times = [start + ttft]
+        for gap in itls:
+            times.append(times[-1] + gap)
+        rows.append({"send_time": start, "chunk_times": times, "chunk_tokens": [1] * len(times), "end_time": times[-1]})
+    return rows
+
+
 def _bench_figures(m: dict) -> dict:
     """The compared figures from a bench metrics table (the headline one or `whole`)."""
     return {
@@ -188,7 +228,11 @@ def parse_bench(record: dict, raw_rows: Sequence[dict] | None = None) -> dict:
         "output_tokens_mean": out_tokens / completed if out_tokens is not None and completed else None,
         **prompts,
         "prompt_tokens_sent_mean": sent,
+        **{k: None for k in RHYTHM_KEYS},
+        **step_rhythm(measured, ((record.get("config") or {}).get("shape") or {}).get("concurrency")),
         "acceptance_length": (record.get("spec_decode") or {}).get("mean_acceptance_length"),
+        "server_tpot_mean_ms": (record.get("served") or {}).get("tpot_ms_vllm"),
+        "server_ttft_mean_ms": (record.get("served") or {}).get("ttft_ms_vllm"),
         "acceptance_steps": (record.get("spec_decode") or {}).get("num_drafts"),
         "acceptance_per_position": (record.get("spec_decode") or {}).get("per_position_acceptance"),
         "warmup_requests": (record.get("warmup") or {}).get("requests"),
@@ -227,7 +271,11 @@ def parse_vllm(result: dict) -> dict:
         "output_tokens_mean": out_tokens / completed if out_tokens is not None and completed else None,
         **prompts,
         "prompt_tokens_sent_mean": None,
+        **{k: None for k in RHYTHM_KEYS},
+        **step_rhythm(vllm_rows(result), result.get("max_concurrency")),
         "acceptance_length": result.get("spec_decode_acceptance_length"),
+        # vLLM's own timing of these requests is not in its client's result: ServerCounters, during the run
+        **dict.fromkeys(SERVER_KEYS),
         "acceptance_steps": result.get("spec_decode_num_drafts"),
         "acceptance_per_position": result.get("spec_decode_per_position_acceptance_rates"),
         "warmup_requests": None,
@@ -554,14 +602,31 @@ def vllm_argv(
     return [sys.executable, "-c", VLLM_BENCH_SERVE, *flags]
 
 
-def run_logged(argv: list[str], log_path: Path, ok_codes: Sequence[int] = (0,)) -> float:
-    """Run `argv` with its output in `log_path`; seconds it took. RuntimeError (with the log's tail) otherwise."""
+def run_logged(
+    argv: list[str],
+    log_path: Path,
+    ok_codes: Sequence[int] = (0,),
+    on_line: tuple[str, Callable[[], None]] | None = None,
+) -> float:
+    """Run `argv` with its output in `log_path`; seconds it took. RuntimeError (with the log's tail) otherwise.
+    `on_line` (TEXT, CALL): CALL() once, as soon as a line of the output contains TEXT (the child runs unbuffered)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(log_path, "w") as fh:
         fh.write("# " + " ".join(_quote(a) for a in argv) + "\n")
         fh.flush()
-        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO)
+        with subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO, env=env, text=True, errors="replace"
+        ) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                fh.write(line)
+                if on_line is not None and on_line[0] in line:
+                    fh.flush()
+                    on_line[1]()
+                    on_line = None
+        fh.flush()
     if proc.returncode not in ok_codes:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
         raise RuntimeError(
@@ -596,6 +661,8 @@ def rebuild(out: Path) -> dict:
             old = r[client]
             d = out / old["dir"]
             fig = read_bench_dir(d) if client == "bench" else parse_vllm(json.loads((d / "result.json").read_text()))
+            if client == "vllm" and old.get("server_window") == "main run":  # only the run itself could count them
+                fig |= {k: old.get(k) for k in SERVER_KEYS}
             r[client] = {**old, **fig}
     data["summary"] = {view: ratios(data["rounds"], view) for view in VIEWS}
     data["acceptance"] = acceptance(data["rounds"])
@@ -677,13 +744,15 @@ class CpuMeter:
 
 
 class ServerCounters:
-    """What vLLM itself counted and timed while one client's command ran (its warm-up requests included, on both
-    sides alike): generated tokens, finished requests, and mean TTFT and TPOT from its front end's histograms
-    (bench.metrics.SERVED_COUNTERS, snapshots of /metrics before and after). None where the server has no such
-    counter or /metrics cannot be read."""
+    """What vLLM itself counted and timed over a `vllm bench serve` run's measured requests: generated tokens,
+    finished requests, and mean TTFT and TPOT from its per-request histograms (bench.metrics.SERVED_COUNTERS),
+    from a snapshot of /metrics taken when the client prints MAIN_RUN (its test request and warm-ups are over, and
+    no measured request can have finished yet) to one after it exits. None where the line never came, the server
+    has no such counter, or /metrics cannot be read."""
 
     def __init__(self, url: str):
         self.url = url
+        self.before: dict | None = None
         self.result: dict = {k: None for k in (*SERVER_KEYS, "server_requests", "server_tokens")}
 
     def _snapshot(self) -> dict | None:
@@ -695,14 +764,16 @@ class ServerCounters:
             _log(f"/metrics not read ({type(exc).__name__}: {exc}); vLLM-timed figures unknown for this run")
             return None
 
-    def __enter__(self) -> ServerCounters:
+    def start(self) -> None:
         self.before = self._snapshot()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
+        if self.before is None:
+            _log("vLLM-timed figures unknown for this run: no snapshot at its main run's start")
+            return
         after = self._snapshot()
-        if self.before is not None and after is not None:
-            self.result = served_figures(self.before, after)
+        if after is not None:
+            self.result = {**served_figures(self.before, after), "server_window": "main run"}
 
 
 def served_figures(before: dict, after: dict) -> dict:
@@ -899,7 +970,7 @@ def main(argv: list[str] | None = None) -> int:
                     d = out / f"bench-{r}"
                     profile = write_profile(f"bench-{r}", shape=shape, warmup_prompts=warmup, seed=seed)
                     cmd = bench_argv(target.url, target.model, profile, d)
-                    with CpuMeter(target.pids) as meter, ServerCounters(target.url) as served:
+                    with CpuMeter(target.pids) as meter:
                         wall = run_logged(cmd, out / f"bench-{r}.log")
                     fig = read_bench_dir(d)
                     if r == 1 and fig.get("warmup_requests"):
@@ -909,10 +980,12 @@ def main(argv: list[str] | None = None) -> int:
                     cmd = vllm_argv(
                         target.url, target.model, target.tokenizer, shape, args.num_prompts, vllm_warmups, seed, d
                     )
-                    with CpuMeter(target.pids) as meter, ServerCounters(target.url) as served:
-                        wall = run_logged(cmd, out / f"vllm-{r}.log")
-                    fig = parse_vllm(json.loads((d / "result.json").read_text()))
-                entry[client] = {**fig, "seed": seed, "dir": d.name, "wall_s": wall, **meter.result, **served.result}
+                    served = ServerCounters(target.url)
+                    with CpuMeter(target.pids) as meter:
+                        wall = run_logged(cmd, out / f"vllm-{r}.log", on_line=(MAIN_RUN, served.start))
+                    served.stop()
+                    fig = {**parse_vllm(json.loads((d / "result.json").read_text())), **served.result}
+                entry[client] = {**fig, "seed": seed, "dir": d.name, "wall_s": wall, **meter.result}
                 entry[client + "_argv"] = cmd
                 _log(
                     f"round {r} {client}: {_fmt(fig['output_tok_s'], '.1f')} tok/s ({fig['window']}), TPOT mean "

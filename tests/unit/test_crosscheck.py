@@ -329,7 +329,7 @@ def test_rebuild_rereads_the_runs_and_keeps_what_only_the_run_knew(xc, tmp_path)
         "round": 1,
         "order": ["bench", "vllm"],
         "bench": {"dir": "bench-1", "seed": 2, "wall_s": 30.0, "output_tok_s": 1.0, "acceptance_length": 9.0},
-        "vllm": {"dir": "vllm-1", "seed": 2, "wall_s": 31.0, "output_tok_s": 1.0},
+        "vllm": {"dir": "vllm-1", "seed": 2, "wall_s": 31.0, "output_tok_s": 1.0, "server_tpot_mean_ms": 7.0},
         "bench_argv": ["bench"],
         "vllm_argv": ["vllm"],
     }
@@ -343,6 +343,12 @@ def test_rebuild_rereads_the_runs_and_keeps_what_only_the_run_knew(xc, tmp_path)
     assert data["acceptance"]["pooled"]["difference"] == pytest.approx(2.3 - 2.2)
     assert json.loads((tmp_path / "crosscheck.json").read_text()) == data
     assert "## Acceptance length" in (tmp_path / "crosscheck.md").read_text()
+    # vLLM's timing of its client's run is kept only where it was counted over the main run alone (a run written
+    # before the marker counted its warm-ups too)
+    assert data["rounds"][0]["vllm"]["server_tpot_mean_ms"] is None
+    old["vllm"] |= {"server_window": "main run"}
+    (tmp_path / "crosscheck.json").write_text(json.dumps({"setup": setup | {"server": "here"}, "rounds": [old]}))
+    assert xc.rebuild(tmp_path)["rounds"][0]["vllm"]["server_tpot_mean_ms"] == 7.0
     with pytest.raises(SystemExit, match="no crosscheck.json"):
         xc.rebuild(tmp_path / "vllm-1")
 
@@ -368,6 +374,41 @@ def test_vllm_timed_figures_from_two_counter_snapshots(xc):
 
 
 def test_server_counters_without_a_server_leave_the_figures_unknown(xc):
-    with xc.ServerCounters("http://127.0.0.1:9") as served:
-        pass
+    served = xc.ServerCounters("http://127.0.0.1:9")
+    served.start()
+    served.stop()
     assert served.result["server_tpot_mean_ms"] is None and served.result["server_requests"] is None
+    never = xc.ServerCounters("http://127.0.0.1:9")
+    never.stop()  # the client never printed its main run's start: nothing counted
+    assert never.result["server_tpot_mean_ms"] is None
+
+
+def test_run_logged_calls_back_at_the_marker_line_while_the_child_runs(xc, tmp_path):
+    # the child prints the marker, then waits for a file that only the callback writes: the run ends only if the
+    # callback came while the child was running (unbuffered output, read line by line)
+    flag = tmp_path / "flag"
+    script = (
+        "import pathlib, time; print('warming up'); print('Starting main benchmark run...'); "
+        f"p = pathlib.Path({str(flag)!r}); t = time.time()\n"
+        "while not p.exists() and time.time() - t < 20: time.sleep(0.05)\n"
+        "print('saw the flag' if p.exists() else 'no flag'); print('Starting main benchmark run... again')"
+    )
+    calls = []
+
+    def callback():
+        calls.append(1)
+        flag.write_text("x")
+
+    log = tmp_path / "run.log"
+    xc.run_logged([sys.executable, "-c", script], log, on_line=(xc.MAIN_RUN, callback))
+    assert calls == [1]  # once, at the first such line
+    assert "saw the flag" in log.read_text() and log.read_text().startswith("# ")
+    with pytest.raises(RuntimeError, match="exited 3"):
+        xc.run_logged([sys.executable, "-c", "import sys; sys.exit(3)"], log)
+
+
+def test_bench_side_vllm_timing_comes_from_its_record(xc):
+    served = {"tpot_ms_vllm": 15.7, "ttft_ms_vllm": 118.0, "tpot_ms_client": 15.69}
+    fig = xc.parse_bench(BENCH_STEADY | {"served": served})
+    assert (fig["server_tpot_mean_ms"], fig["server_ttft_mean_ms"]) == (15.7, 118.0)
+    assert xc.parse_vllm(VLLM_RESULT)["server_tpot_mean_ms"] is None  # counted during the run, not in its JSON

@@ -1,0 +1,89 @@
+"""Benchmark analysis: how a steady point's throughput moves through its window, from its committed raw rows.
+
+For one point of a results directory: the point's own sub-windows (bench.window.sub_windows: whole cycles of the
+closed loop, the ones its precision comes from), and in each the output tok/s, the share of time in stalls
+(bench.window.stall_gaps: gaps of no token for any request longer than STALL_FACTOR x the point's step p50, a new
+request's prefill stopping the batch) and the tok/s outside those stalls. Then the CV of the sub-windows' tok/s, its
+lag-1 autocorrelation (the batch means' independence, which the half-width assumes) and its correlation with the
+stall share. Prints a markdown table.
+
+    python benchmarks/steady_drift.py reports/examples/kimi-rank-h200-long-window/sweep 8b47cf550bba
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from bench import window as W
+from bench.fmt import md_rows
+
+
+def drift(rows: list[dict], concurrency: int, step_p50_ms: float) -> dict:
+    """Per sub-window: start and end (s from the span's start), tok/s, stall share, tok/s outside stalls; and the
+    summary statistics (module docstring)."""
+    span = W.steady_span(rows, concurrency)
+    if span is None:
+        raise SystemExit("no steady span in these rows")
+    ends = [r["end_time"] for r in rows if r.get("end_time") is not None]
+    edges = W.cycle_edges(ends, span.start, span.end, concurrency)
+    threshold = W.STALL_FACTOR * step_p50_ms
+    out = []
+    for lo, hi in itertools.pairwise(edges):
+        tokens = W.tokens_in(rows, lo, hi)
+        stalled = float(W.stall_gaps(rows, W.Span(lo, hi), threshold).sum()) / 1e3
+        out.append(
+            {
+                "from_s": lo - span.start,
+                "to_s": hi - span.start,
+                "tok_s": tokens / (hi - lo),
+                "stall_share": stalled / (hi - lo),
+                "outside_tok_s": tokens / (hi - lo - stalled) if hi - lo > stalled else None,
+            }
+        )
+    tok = np.array([w["tok_s"] for w in out])
+    share = np.array([w["stall_share"] for w in out])
+    enough = len(tok) >= 3
+    return {
+        "sub_windows": out,
+        "cv": float(tok.std(ddof=1) / tok.mean()) if enough else None,
+        "lag1": float(np.corrcoef(tok[:-1], tok[1:])[0, 1]) if enough else None,
+        "corr_stall_share": float(np.corrcoef(tok, share)[0, 1]) if enough else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", type=Path, help="a results directory (points/, raw/)")
+    ap.add_argument("point", help="a point id (or prefix)")
+    args = ap.parse_args(argv)
+    (path,) = sorted((args.results / "points").glob(f"{args.point}*.json"))
+    record = json.loads(path.read_text())
+    import pyarrow.parquet as pq
+
+    rows = [r for r in pq.read_table(args.results / record["raw"]).to_pylist() if r["phase"] == "measure"]
+    rows = [r for r in rows if r["status"] == "ok"]
+    d = drift(rows, record["config"]["shape"]["concurrency"], record["metrics"]["step_ms"]["p50"])
+    table = [
+        [
+            f"{w['from_s']:.0f}-{w['to_s']:.0f}",
+            f"{w['tok_s']:.1f}",
+            f"{w['stall_share']:.0%}",
+            f"{w['outside_tok_s']:.0f}",
+        ]
+        for w in d["sub_windows"]
+    ]
+    print("\n".join(md_rows(["steady span s", "tok/s", "stall share", "tok/s outside stalls"], table)))
+    print(
+        f"\nCV {d['cv']:.3f}, lag-1 autocorrelation {d['lag1']:.2f}, correlation with stall share {d['corr_stall_share']:.2f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
