@@ -5,23 +5,20 @@ copies of real output (a bench load point record and raw rows, a `vllm bench ser
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.benchmark_module import load_benchmark
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def xc():
-    spec = importlib.util.spec_from_file_location("client_crosscheck", REPO / "benchmarks" / "client_crosscheck.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("client_crosscheck")
 
 
 def dist(mean, p50):

@@ -5,15 +5,13 @@ that the per-range comparison compares something. The nsys lines are the head of
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("nsys_analyze_speed", ROOT / "benchmarks" / "nsys_analyze_speed.py")
-speed = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(speed)  # type: ignore[union-attr]
+from tests.helpers.benchmark_module import load_benchmark
+
+speed = load_benchmark("nsys_analyze_speed")
 
 NSYS_CSV = """\
 Range,Style,Total Proj Time (ns),Total Range Time (ns),Range Instances,Proj Avg (ns),Proj Med (ns),Proj Min (ns),Proj Max (ns),Proj StdDev (ns),Total GPU Ops,Avg GPU Ops,Avg Range Lvl,Avg Num Child

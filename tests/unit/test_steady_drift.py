@@ -3,11 +3,11 @@ reports/examples/kimi-rank-h200-3pct/README.md quotes come back from the raw row
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.benchmark_module import load_benchmark
 
 REPO = Path(__file__).resolve().parents[2]
 POINT = REPO / "reports" / "examples" / "kimi-rank-h200-3pct" / "sweep"
@@ -15,11 +15,7 @@ POINT = REPO / "reports" / "examples" / "kimi-rank-h200-3pct" / "sweep"
 
 @pytest.fixture(scope="module")
 def sd():
-    spec = importlib.util.spec_from_file_location("steady_drift", REPO / "benchmarks" / "steady_drift.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("steady_drift")
 
 
 def test_committed_32_user_point(sd, capsys):
