@@ -5,8 +5,6 @@ that the per-range comparison compares something. The nsys lines are the head of
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from tests.helpers.benchmark_module import load_benchmark
