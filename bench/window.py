@@ -174,7 +174,7 @@ def cycle_edges(ends: Sequence[float], start: float, end: float, concurrency: in
 
 def sub_windows(rows: Sequence[dict], span: Span, concurrency: int) -> list[dict]:
     """Throughput and TPOT (ms per token over the chunk gaps that end inside) of the sub-windows between
-    cycle_edges."""
+    cycle_edges, each with its edges (`start`, `end`)."""
     edges = cycle_edges(
         [r["end_time"] for r in rows if r.get("end_time") is not None], span.start, span.end, concurrency
     )
@@ -185,6 +185,8 @@ def sub_windows(rows: Sequence[dict], span: Span, concurrency: int) -> list[dict
         tokens = sum(n for _, n in inside)
         out.append(
             {
+                "start": lo,
+                "end": hi,
                 "output_throughput": tokens_in(rows, lo, hi) / (hi - lo),
                 "tpot_ms": sum(g for g, _ in inside) * 1e3 / tokens if tokens else None,
             }

@@ -10,9 +10,10 @@ in two views: its headline (the steady span of its closed loop, where it has one
 send to last end, vLLM's definition, `metrics.whole`). It prints a table per round and the bench / vllm ratio per
 metric (mean, min, max over rounds) and writes `OUT/crosscheck.json` and `OUT/crosscheck.md` (after every round,
 so a failed run keeps the rounds before it). Per run it also records the CPU seconds of the client, of a server it
-started, and of other work on the machine (a shared host's noise), and vLLM's own timing of the run (mean TPOT and
-TTFT from the server's /metrics histograms, warm-ups included on both sides): a client that times differently and a
-server that behaved differently under the two loads are then told apart.
+started, and of other work on the machine (a shared host's noise); vLLM's own timing of each client's measured
+requests (mean TPOT and TTFT from the server's /metrics histograms, warm-ups left out); and the server's step and
+stall rhythm read from each client's token arrival times: a client that times differently and a server that behaved
+differently under the two loads are then told apart.
 
     # against a running server (the profile describes it: its model and engine configuration)
     python benchmarks/client_crosscheck.py --url http://127.0.0.1:8000 --model bench-target \
@@ -49,6 +50,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import window as W
 from bench.fmt import md_rows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,7 +68,6 @@ METRICS = (
     ("server_ttft_mean_ms", "vLLM-timed TTFT mean ms", ".1f"),
 )
 SERVER_KEYS = ("server_tpot_mean_ms", "server_ttft_mean_ms")
-RHYTHM_KEYS = ("step_p50_ms", "stall_share", "stall_p50_ms")
 # What `vllm bench serve` prints when its test request and warm-ups are done and its measured requests begin
 # (vllm/benchmarks/serve.py in 0.26.0 and 0.32.0).
 MAIN_RUN = "Starting main benchmark run"
@@ -146,21 +147,14 @@ def _lengths(values: Sequence[int | None]) -> dict:
     }
 
 
-def step_rhythm(rows: Sequence[dict], concurrency: int | None) -> dict:
-    """What the server did, read from one run's token arrival times by the suite's steady-window code
-    (bench.window), the same for both clients: over the span in which all C requests were in flight, the step
-    p50 (gaps between a request's successive chunks) and the stalls (gaps of no token for any request longer than
-    STALL_FACTOR x that p50: a new request's prefill stopping the batch), their share of the span and their p50.
-    Empty without a steady span."""
-    from bench import window as W
-
-    span = W.steady_span(rows, concurrency) if concurrency else None
-    if span is None:
-        return {}
-    steps = [g * 1e3 for _, g, _ in W.step_gaps(rows, span)]
-    step_p50 = float(statistics.median(steps)) if steps else None
-    st = W.stalls(rows, span, step_p50)
-    return {"step_p50_ms": step_p50, "stall_share": st["share"], "stall_p50_ms": st["p50_ms"]}
+def rhythm(steady: dict | None) -> dict:
+    """The server's rhythm over a run's steady span (all C requests in flight), from bench.window's steady figures
+    (`metrics` of a bench point record, or bench.window.steady of vLLM's client's rows): the step p50 (gaps between
+    a request's successive chunks) and the stalls (gaps of no token for any request longer than STALL_FACTOR x that
+    p50: a new request's prefill stopping the batch), their share of the span and their p50. None without a span."""
+    stalls = (steady or {}).get("stalls") or {}
+    step = ((steady or {}).get("step_ms") or {}).get("p50")
+    return {"step_p50_ms": step, "stall_share": stalls.get("share"), "stall_p50_ms": stalls.get("p50_ms")}
 
 
 def vllm_rows(result: dict) -> list[dict]:
@@ -228,8 +222,7 @@ def parse_bench(record: dict, raw_rows: Sequence[dict] | None = None) -> dict:
         "output_tokens_mean": out_tokens / completed if out_tokens is not None and completed else None,
         **prompts,
         "prompt_tokens_sent_mean": sent,
-        **{k: None for k in RHYTHM_KEYS},
-        **step_rhythm(measured, ((record.get("config") or {}).get("shape") or {}).get("concurrency")),
+        **rhythm({**m, "stalls": steady.get("stalls")} if window == "steady" else None),
         "acceptance_length": (record.get("spec_decode") or {}).get("mean_acceptance_length"),
         "server_tpot_mean_ms": (record.get("served") or {}).get("tpot_ms_vllm"),
         "server_ttft_mean_ms": (record.get("served") or {}).get("ttft_ms_vllm"),
@@ -271,8 +264,7 @@ def parse_vllm(result: dict) -> dict:
         "output_tokens_mean": out_tokens / completed if out_tokens is not None and completed else None,
         **prompts,
         "prompt_tokens_sent_mean": None,
-        **{k: None for k in RHYTHM_KEYS},
-        **step_rhythm(vllm_rows(result), result.get("max_concurrency")),
+        **rhythm(W.steady([vllm_rows(result)], result.get("max_concurrency") or 0)),
         "acceptance_length": result.get("spec_decode_acceptance_length"),
         # vLLM's own timing of these requests is not in its client's result: ServerCounters, during the run
         **dict.fromkeys(SERVER_KEYS),
@@ -365,13 +357,12 @@ def acceptance(rounds: Sequence[dict]) -> dict | None:
     |z| above 1.96 in the pooled row is a difference between what the two runs made the server do. None when no
     round has both clients' per-position counts."""
     per_round = [
-        {"round": r["round"], **(_difference(_acceptance_side([r["bench"]]), _acceptance_side([r["vllm"]])) or {})}
-        for r in rounds
+        {"round": r["round"], **(_difference(*(_acceptance_side([r[c]]) for c in CLIENTS)) or {})} for r in rounds
     ]
-    if not any("z" in x for x in per_round):
+    known = [r for r, x in zip(rounds, per_round) if "z" in x]
+    if not known:
         return None
-    known = [r for r in rounds if _acceptance_side([r["bench"]]) and _acceptance_side([r["vllm"]])]
-    pooled = _difference(_acceptance_side([r["bench"] for r in known]), _acceptance_side([r["vllm"] for r in known]))
+    pooled = _difference(*(_acceptance_side([r[c] for r in known]) for c in CLIENTS))
     return {"per_round": per_round, "pooled": pooled, "rounds_pooled": len(known)}
 
 
@@ -398,7 +389,9 @@ def acceptance_text(result: dict) -> str:
             "Mean acceptance length (1 + accepted / verify steps, vLLM's counters over each run) with its 95% "
             "half-width, and bench - vllm in standard errors, the verify steps taken as independent draws. That "
             "holds under synthetic acceptance (one uniform draw per position and step); a real draft's steps "
-            "correlate within a request, and there |z| is overstated. |z| above 1.96 is a difference at 95%.",
+            "correlate within a request, and there |z| is overstated. |z| above 1.96 is a difference at 95%. vLLM seeds its "
+            "sampler, so a fresh server given the same batches repeats a draw: pool rounds of one server only "
+            "(docs/measurement.md).",
             "",
             *md_rows(headers, rows),
             "",
@@ -626,7 +619,6 @@ def run_logged(
                     fh.flush()
                     on_line[1]()
                     on_line = None
-        fh.flush()
     if proc.returncode not in ok_codes:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
         raise RuntimeError(
@@ -777,19 +769,16 @@ class ServerCounters:
 
 
 def served_figures(before: dict, after: dict) -> dict:
-    """ServerCounters' figures from two bench.metrics.counter_totals snapshots of SERVED_COUNTERS."""
-    from bench.metrics import SERVED_COUNTERS, counter_deltas
+    """ServerCounters' figures from two bench.metrics.counter_totals snapshots of SERVED_COUNTERS, by the code that
+    gives a bench point its `served` (bench.metrics.served_check / served_total)."""
+    from bench.metrics import served_check, served_total
 
-    d = counter_deltas(before, after, SERVED_COUNTERS)
-
-    def mean_ms(total: float | None, n: float | None) -> float | None:
-        return total * 1e3 / n if total is not None and n else None
-
+    served = served_total([served_check(before, after, [])])
     return {
-        "server_tpot_mean_ms": mean_ms(d["tpot_s_sum"], d["tpot_count"]),
-        "server_ttft_mean_ms": mean_ms(d["ttft_s_sum"], d["ttft_count"]),
-        "server_requests": d["finished_requests"],
-        "server_tokens": d["generation_tokens"],
+        "server_tpot_mean_ms": served["tpot_ms_vllm"],
+        "server_ttft_mean_ms": served["ttft_ms_vllm"],
+        "server_requests": served["server_finished_requests"],
+        "server_tokens": served["server_generation_tokens"],
     }
 
 

@@ -13,7 +13,6 @@ stall share. Prints a markdown table.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 from pathlib import Path
@@ -30,20 +29,18 @@ def drift(rows: list[dict], concurrency: int, step_p50_ms: float) -> dict:
     span = W.steady_span(rows, concurrency)
     if span is None:
         raise SystemExit("no steady span in these rows")
-    ends = [r["end_time"] for r in rows if r.get("end_time") is not None]
-    edges = W.cycle_edges(ends, span.start, span.end, concurrency)
     threshold = W.STALL_FACTOR * step_p50_ms
     out = []
-    for lo, hi in itertools.pairwise(edges):
-        tokens = W.tokens_in(rows, lo, hi)
-        stalled = float(W.stall_gaps(rows, W.Span(lo, hi), threshold).sum()) / 1e3
+    for w in W.sub_windows(rows, span, concurrency):
+        length = w["end"] - w["start"]
+        stalled = float(W.stall_gaps(rows, W.Span(w["start"], w["end"]), threshold).sum()) / 1e3
         out.append(
             {
-                "from_s": lo - span.start,
-                "to_s": hi - span.start,
-                "tok_s": tokens / (hi - lo),
-                "stall_share": stalled / (hi - lo),
-                "outside_tok_s": tokens / (hi - lo - stalled) if hi - lo > stalled else None,
+                "from_s": w["start"] - span.start,
+                "to_s": w["end"] - span.start,
+                "tok_s": w["output_throughput"],
+                "stall_share": stalled / length,
+                "outside_tok_s": w["output_throughput"] * length / (length - stalled) if length > stalled else None,
             }
         )
     tok = np.array([w["tok_s"] for w in out])

@@ -409,3 +409,29 @@ def test_bench_side_vllm_timing_comes_from_its_record(xc):
     fig = xc.parse_bench(BENCH_STEADY | {"served": served})
     assert (fig["server_tpot_mean_ms"], fig["server_ttft_mean_ms"]) == (15.7, 118.0)
     assert xc.parse_vllm(VLLM_RESULT)["server_tpot_mean_ms"] is None  # counted during the run, not in its JSON
+
+
+def test_server_rhythm_from_each_clients_token_times(xc):
+    # bench: the steady figures its record already has (bench.window at record time)
+    record = BENCH_STEADY | {
+        "metrics": BENCH_STEADY["metrics"] | {"steady": {"stalls": {"share": 0.4, "p50_ms": 150.0}}}
+    }
+    fig = xc.parse_bench(record)
+    assert (fig["step_p50_ms"], fig["stall_share"], fig["stall_p50_ms"]) == (61.0, 0.4, 150.0)
+    whole = BENCH_STEADY | {"metrics": BENCH_STEADY["metrics"] | {"window": "whole"}}
+    assert xc.parse_bench(whole)["step_p50_ms"] is None  # no steady span: no rhythm
+    # vLLM's client: its per-request times through bench.window. Two users, 10 ms steps, both paused for 200 ms
+    # at once (a prefill stalling the batch), the third request sent as the first ends
+    itls = [0.01] * 10 + [0.2] + [0.01] * 10
+    result = VLLM_RESULT | {
+        "max_concurrency": 2,
+        "start_times": [0.0, 0.0, 0.5],
+        "ttfts": [0.1, 0.1, 0.05],
+        "itls": [itls, itls + [0.01] * 10, [0.01] * 10],
+    }
+    rows = xc.vllm_rows(result)
+    assert rows[0]["chunk_times"][0] == pytest.approx(0.1) and rows[0]["end_time"] == pytest.approx(0.5)
+    fig = xc.parse_vllm(result)
+    assert fig["step_p50_ms"] == pytest.approx(10.0)
+    assert fig["stall_p50_ms"] == pytest.approx(200.0) and fig["stall_share"] == pytest.approx(0.5)
+    assert xc.parse_vllm(VLLM_RESULT)["stall_share"] is None  # without --save-detailed's times
