@@ -96,6 +96,8 @@ def measurement_line(run) -> str:
     text = f"warm-up {run.warmup_waves} wave(s) at the point's shape; {window}; steady span headline"
     text += f"; contaminated windows re-measured up to {run.remeasure}x"
     text += "; prompts shared by points of one input length (prompt_reuse)" if run.prompt_reuse else "; fresh prompts"
+    if run.prompt_ids != "uniform":
+        text += f" of {run.prompt_ids} token ids"
     return text
 
 

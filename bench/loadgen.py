@@ -76,13 +76,27 @@ def make_prompts(n: int, input_len: int, vocab: int | Sequence[int], seed: int, 
     return [[rng.choice(ids) for _ in range(input_len)] for _ in range(n)]
 
 
-def make_prompt(input_len: int, vocab: int | Sequence[int], seed: str, low: int = 3) -> list[int]:
+def make_prompt(
+    input_len: int, vocab: int | Sequence[int], seed: str, low: int = 3, style: str = "uniform"
+) -> list[int]:
     """One token-id prompt of exactly input_len ids from `vocab`, drawn from a generator seeded by `seed`: a
     string naming the prompt (run salt, point, trial, phase, index: bench.prompts), so that no two prompts of a
     results directory share a block that vLLM's prefix cache could hit, and a run is reproduced exactly from
-    its manifest's salt."""
+    its manifest's salt.
+
+    `style` (`[run] prompt_ids`): "uniform" draws every id independently; "consecutive" takes input_len
+    consecutive ids of `vocab` (wrapping round) from a start drawn the same way: the sequence vLLM's random
+    dataset builds (offset + index + arange(input_len) over its allowed ids) before its decode and re-encode.
+    Two consecutive prompts are the same only when their starts collide (about n^2 / (2 x vocab) pairs among n
+    prompts); the prefix-cache check flags it if it happens."""
     ids = range(low, vocab) if isinstance(vocab, int) else vocab
-    return random.Random(seed).choices(ids, k=input_len)
+    rng = random.Random(seed)
+    if style == "uniform":
+        return rng.choices(ids, k=input_len)
+    if style == "consecutive":
+        start = rng.randrange(len(ids))
+        return [ids[(start + i) % len(ids)] for i in range(input_len)]
+    raise ValueError(f"prompt style {style!r}: uniform or consecutive")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ Kept apart from bench/profile.py so that the profile module stays one screenful 
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from bench.schema import Strict
@@ -36,6 +38,10 @@ class Run(Strict):
     stagger: bool = True
     remeasure: int = Field(default=1, ge=0)  # a window with a compile, a preemption... inside is measured again
     prompt_reuse: bool = False  # true: points of one input length share prompts (bench.prompts); else all fresh
+    # how a random-id prompt's token ids are drawn (bench.loadgen.make_prompt): "uniform", each id independently
+    # (the suite's own); "consecutive", a run of consecutive allowed ids from a random start, the sequence that
+    # `vllm bench serve --dataset-name random` builds before it decodes and re-encodes it (for comparing clients)
+    prompt_ids: Literal["uniform", "consecutive"] = "uniform"
     # reproduce a run's prompts: its manifest's prompt_salt (default: a new one; `sweep --prompt-salt` sets it too)
     prompt_salt: str | None = Field(default=None, pattern=SALT_PATTERN)
 

@@ -204,7 +204,7 @@ def _random_load(tc: TrialContext, point: Point, number: int, attempt: int, mark
         )
 
     def prompt(phase: str, i: int) -> list[int]:
-        return make_prompt(shape.input_len, tc.vocab, name(phase, i))
+        return make_prompt(shape.input_len, tc.vocab, name(phase, i), style=run.prompt_ids)
 
     concurrency = closed_loop_concurrency(point)
     common: dict[str, Any] = dict(

