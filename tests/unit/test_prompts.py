@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import random
 
+import pytest
+
 from bench.loadgen import make_prompt
 from bench.prompts import int_seed, new_salt, prompt_name
 
@@ -189,3 +191,35 @@ concurrency = [2, 4]
         assert len({plan.sample_start(p, 0, 0, 3) for p in ps}) == 1, "the same stretch on both engines"
     starts = {plan.sample_start(ps[0], 0, 0, 3) for ps in by_load.values()}
     assert len(starts) == 2, "one server's two loads: stretches of their own"
+
+
+@pytest.mark.parametrize("style", ["uniform", "consecutive"])
+def test_a_points_closed_loop_draws_its_prompts_in_the_runs_style(monkeypatch, style):
+    """bench.trial's random-id load hands the closed loop prompts drawn as `[run] prompt_ids` says."""
+    from types import SimpleNamespace
+
+    from bench import trial as T
+    from bench.run_options import Run
+
+    loops = []
+    monkeypatch.setattr(T, "run_closed_loop", lambda url, model, loop, **kw: loops.append(loop))
+    monkeypatch.setattr(T, "closed_loop_concurrency", lambda point: 2)
+    monkeypatch.setattr(T, "warmup_count", lambda tc, point, c: 0)
+    vocab = list(range(3, 5000))
+    tc = SimpleNamespace(
+        plan=SimpleNamespace(profile=SimpleNamespace(run=Run(prompt_ids=style))),
+        salt="s1",
+        vocab=vocab,
+        server=SimpleNamespace(base_url="http://x", check_alive=lambda: None),
+        model="m",
+        deadline=None,
+        lifetimes={},
+    )
+    point = SimpleNamespace(
+        id="p1", shape=SimpleNamespace(input_len=64, output_len=8), num_prompts=4, workload=SimpleNamespace(id="w")
+    )
+    T._random_load(tc, point, 0, 0, SimpleNamespace(start=lambda: None), [])
+    ids = loops[0].prompt("measure", 0)
+    assert ids == make_prompt(64, vocab, _name(point_id="p1", input_len=64), style=style)
+    steps = {(b - a) % len(vocab) for a, b in itertools.pairwise(ids)}
+    assert (steps == {1}) is (style == "consecutive")
