@@ -9,11 +9,14 @@ vLLM's random dataset text that tokenizes to about that length): bench from the 
 in two views: its headline (the steady span of its closed loop, where it has one) and its whole window (first
 send to last end, vLLM's definition, `metrics.whole`). It prints a table per round and the bench / vllm ratio per
 metric (mean, min, max over rounds) and writes `OUT/crosscheck.json` and `OUT/crosscheck.md` (after every round,
-so a failed run keeps the rounds before it). Per run it also records the CPU seconds of the client, of a server it
-started, and of other work on the machine (a shared host's noise); vLLM's own timing of each client's measured
-requests (mean TPOT and TTFT from the server's /metrics histograms, warm-ups left out); and the server's step and
-stall rhythm read from each client's token arrival times: a client that times differently and a server that behaved
-differently under the two loads are then told apart.
+so a failed run keeps the rounds before it), and a verdict: whether bench / vllm is within 1 +- --tolerance (3%) on
+output tok/s and mean TPOT, and each client's mean TPOT within it of vLLM's own timing of the same requests, from
+the 95% t-interval of each mean ratio over rounds: 'agree' (exit 0), 'differ' (exit 4) or 'inconclusive' (exit 6,
+with the rounds that the spread would need), as bench.errors.ExitCode numbers them. Per run it also records the CPU seconds of the client, of a server it started, and of other work on the
+machine (a shared host's noise); vLLM's own timing of each client's measured requests (mean TPOT and TTFT from the
+server's /metrics histograms, warm-ups left out); and the server's step and stall rhythm read from each client's
+token arrival times: a client that times differently and a server that behaved differently under the two loads
+are then told apart.
 
     # against a running server (the profile describes it: its model and engine configuration)
     python benchmarks/client_crosscheck.py --url http://127.0.0.1:8000 --model bench-target \
@@ -51,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import window as W
+from bench.errors import ExitCode
 from bench.fmt import md_rows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,7 +71,7 @@ METRICS = (
     ("server_tpot_mean_ms", "vLLM-timed TPOT mean ms", ".2f"),
     ("server_ttft_mean_ms", "vLLM-timed TTFT mean ms", ".1f"),
 )
-SERVER_KEYS = ("server_tpot_mean_ms", "server_ttft_mean_ms")
+SERVER_KEYS = ("server_tpot_mean_ms", "server_ttft_mean_ms", "prefix_cache_hit_rate")
 # What `vllm bench serve` prints when its test request and warm-ups are done and its measured requests begin
 # (vllm/benchmarks/serve.py in 0.26.0 and 0.32.0).
 MAIN_RUN = "Starting main benchmark run"
@@ -80,6 +84,9 @@ INFO = (
     ("prompt_tokens_min", "min", "d"),
     ("prompt_tokens_max", "max", "d"),
     ("acceptance_length", "accept len", ".3f"),
+    # prompt tokens the server found in its prefix cache over the measured requests (/metrics counters; bench: its
+    # record's `cache`): a client whose prompts repeat is served faster prefills
+    ("prefix_cache_hit_rate", "prefix hit", ".1%"),
     # the server's rhythm seen from each client's token arrival times over its steady span (step_rhythm)
     ("step_p50_ms", "step p50 ms", ".2f"),
     ("stall_share", "stall share", ".0%"),
@@ -99,6 +106,21 @@ PROMPT_IDS_NOTE = {
     "uniform": " (each id drawn independently; vllm's random dataset takes consecutive ids and re-tokenizes them)",
     "consecutive": " (consecutive ids from a random start: vllm's random dataset's sequence before it re-tokenizes)",
 }
+# The judged ratios, each within 1 +- TOLERANCE by default. Two kinds:
+# - load: bench / vllm in bench's headline view (issue 18's bar: the clients agree on output tok/s and TPOT). The
+#   two runs of a round are adjacent, not simultaneous, so a server whose speed moves between runs moves these.
+# - timing: each client's mean TPOT over the server's own (vLLM's /metrics histograms) for the same requests, bench's
+#   whole window against its record's `served`, vllm's against ServerCounters: one run, two instruments, no drift.
+JUDGED = {
+    "output_tok_s": "output tok/s, bench / vllm",
+    "tpot_mean_ms": "TPOT mean, bench / vllm",
+    "bench_timing": "TPOT mean, bench / vLLM-timed (bench's requests)",
+    "vllm_timing": "TPOT mean, vllm / vLLM-timed (vllm's requests)",
+}
+TOLERANCE = 0.03
+CONFIDENCE = 0.95
+# verdict -> exit code: inconclusive is never a pass
+VERDICT_EXIT = {"agree": ExitCode.OK, "differ": ExitCode.GATE_FAILED, "inconclusive": ExitCode.INCONCLUSIVE}
 SHAPE_RE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*x\s*(\d+)\s*$")
 ENGINE_AXES = ("draft_attention_backend", "draft_kv_cache_dtype", "dcp_size", "num_speculative_tokens", "dcp_emulated")
 # [run] keys of the base profile that would make bench measure something else than a fixed number of requests
@@ -232,6 +254,7 @@ def parse_bench(record: dict, raw_rows: Sequence[dict] | None = None) -> dict:
         "acceptance_length": (record.get("spec_decode") or {}).get("mean_acceptance_length"),
         "server_tpot_mean_ms": (record.get("served") or {}).get("tpot_ms_vllm"),
         "server_ttft_mean_ms": (record.get("served") or {}).get("ttft_ms_vllm"),
+        "prefix_cache_hit_rate": (record.get("cache") or {}).get("prefix_cache_hit_rate"),
         "acceptance_steps": (record.get("spec_decode") or {}).get("num_drafts"),
         "acceptance_per_position": (record.get("spec_decode") or {}).get("per_position_acceptance"),
         "warmup_requests": (record.get("warmup") or {}).get("requests"),
@@ -320,6 +343,96 @@ def ratios(rounds: Sequence[dict], view: str = "headline") -> dict:
             "vllm_mean": statistics.fmean(vllm_known) if vllm_known else None,
         }
     return out
+
+
+def rounds_needed(sd: float, bound: float, limit: int = 1000) -> int | None:
+    """Rounds at which the CONFIDENCE t-interval of a mean ratio with round-to-round SD `sd` is narrower than
+    `bound` (what is left of the tolerance beside the mean's own offset); None beyond `limit` or when bound <= 0."""
+    from scipy import stats
+
+    if bound <= 0:
+        return None
+    if sd == 0:
+        return 2
+    for n in range(2, limit + 1):
+        if stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * sd / math.sqrt(n) < bound:
+            return n
+    return None
+
+
+def agreement(per_round: Sequence[float | None], tolerance: float) -> dict:
+    """Whether one metric's bench / vllm ratio is within 1 +- tolerance, over rounds as paired units (each round
+    compares two adjacent runs on one server): the CONFIDENCE t-interval of the mean ratio inside the band is
+    'agree', wholly outside it 'differ', otherwise 'inconclusive', with `rounds_needed` at the rounds' spread
+    (None: the mean itself is outside the band, or no count up to 1000 would do). Below two rounds there is no
+    spread to judge by: 'inconclusive'."""
+    from scipy import stats
+
+    known = [float(x) for x in per_round if x is not None]
+    n = len(known)
+    out: dict[str, Any] = {"rounds": n, "mean": statistics.fmean(known) if known else None, "low": None}
+    out.update(high=None, half_width=None, verdict="inconclusive", rounds_needed=None)
+    if n < 2:
+        return out
+    mean, sd = statistics.fmean(known), statistics.stdev(known)
+    hw = float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1)) * sd / math.sqrt(n)
+    low, high = mean - hw, mean + hw
+    out.update(low=low, high=high, half_width=hw)
+    if 1 - tolerance <= low and high <= 1 + tolerance:
+        out["verdict"] = "agree"
+    elif high < 1 - tolerance or low > 1 + tolerance:
+        out["verdict"] = "differ"
+    else:
+        out["rounds_needed"] = rounds_needed(sd, tolerance - abs(mean - 1))
+    return out
+
+
+def judged_ratios(rounds: Sequence[dict]) -> dict[str, list[float | None]]:
+    """Per JUDGED ratio, its value in each round (None where a figure is missing: runs made before vLLM's timing
+    was read)."""
+    headline = ratios(rounds)
+
+    def timing(r: dict, client: str) -> float | None:
+        figures = _view(r[client], "whole") if client == "bench" else r[client]
+        return _ratio(figures.get("tpot_mean_ms"), r[client].get("server_tpot_mean_ms"))
+
+    return {
+        "output_tok_s": headline["output_tok_s"]["per_round"],
+        "tpot_mean_ms": headline["tpot_mean_ms"]["per_round"],
+        "bench_timing": [timing(r, "bench") for r in rounds],
+        "vllm_timing": [timing(r, "vllm") for r in rounds],
+    }
+
+
+def verdict(rounds: Sequence[dict], tolerance: float) -> dict:
+    """The cross-check's verdict over the JUDGED ratios: 'differ' if one differs, 'agree' if all agree, else
+    'inconclusive'; per ratio as `agreement` gives it."""
+    per = {key: agreement(values, tolerance) for key, values in judged_ratios(rounds).items()}
+    kinds = {a["verdict"] for a in per.values()}
+    overall = "differ" if "differ" in kinds else "agree" if kinds == {"agree"} else "inconclusive"
+    return {"tolerance": tolerance, "confidence": CONFIDENCE, "verdict": overall, "metrics": per}
+
+
+def verdict_text(result: dict) -> str:
+    v = result.get("verdict")
+    if not v:
+        return ""
+    rows = []
+    for key, a in v["metrics"].items():
+        ci = f"{_fmt(a['low'], '.3f')}-{_fmt(a['high'], '.3f')}" if a["low"] is not None else "-"
+        rows.append([JUDGED[key], str(a["rounds"]), _fmt(a["mean"], ".3f"), ci, a["verdict"]])
+        rows[-1].append(_fmt(a["rounds_needed"], "d") if a["rounds_needed"] is not None else "")
+    tol = f"{v['tolerance']:.0%}"
+    head = (
+        f"Each ratio within 1 +- {tol}, judged by the {v['confidence']:.0%} t-interval of its mean over rounds, on "
+        f"this one server: **{v['verdict']}** (exit code {int(VERDICT_EXIT[v['verdict']])}). 'agree' needs the "
+        f"whole interval inside the band, 'differ' wholly outside it; 'rounds needed' is the count at which this "
+        f"spread would judge (blank where the mean itself is outside the band). bench / vllm compares two adjacent "
+        f"runs, so a server whose speed moves between runs moves it; the vLLM-timed ratios compare a client with the "
+        f"server's own timing of the same requests (bench: its whole window), which no drift touches."
+    )
+    headers = ["metric", "rounds", "ratio mean", f"{v['confidence']:.0%} interval", "verdict", "rounds needed"]
+    return "\n".join(["## Verdict", "", head, "", *md_rows(headers, rows), ""])
 
 
 def _acceptance_side(figs: Sequence[dict]) -> dict | None:
@@ -478,6 +591,7 @@ def markdown(result: dict) -> str:
         "## Summary",
         "",
         summaries_text(result),
+        verdict_text(result),
         acceptance_text(result),
     ]
     for r in result["rounds"]:
@@ -651,10 +765,11 @@ def read_bench_dir(root: Path) -> dict:
     return {**parse_bench(record, rows), "point_id": record.get("point_id")}
 
 
-def rebuild(out: Path) -> dict:
+def rebuild(out: Path, tolerance: float | None = None) -> dict:
     """A cross-check's crosscheck.{json,md} rebuilt from its runs' committed records (each round's bench-<r>
     point record and raw rows, vllm-<r>/result.json), keeping what only the run itself knew (seeds, wall and CPU
-    seconds, argv, setup). The figures then come from the records as this script reads them now."""
+    seconds, argv, setup). The figures then come from the records as this script reads them now, and the verdict
+    is judged at `tolerance` (default: TOLERANCE, whatever the run used)."""
     path = out / "crosscheck.json"
     if not path.exists():
         raise SystemExit(f"{out}: no crosscheck.json to rebuild")
@@ -669,9 +784,56 @@ def rebuild(out: Path) -> dict:
             r[client] = {**old, **fig}
     data["summary"] = {view: ratios(data["rounds"], view) for view in VIEWS}
     data["acceptance"] = acceptance(data["rounds"])
+    tolerance = TOLERANCE if tolerance is None else tolerance
+    data["setup"]["tolerance"] = tolerance
+    data["verdict"] = verdict(data["rounds"], tolerance)
     path.write_text(json.dumps(data, indent=2) + "\n")
     (out / "crosscheck.md").write_text(markdown(data))
     return data
+
+
+def pool(dirs: Sequence[Path], tolerance: float | None = None) -> dict:
+    """The rounds of several cross-checks of one shape and bench prompt style (each on its own server, e.g. one per
+    device call) judged together: a round is a pair of adjacent runs on one server, so it is the unit whichever
+    server it ran on. Figures as each crosscheck.json has them (rebuild first to re-read the records). Acceptance
+    is not pooled: a fresh server repeats its seeded draw (docs/measurement.md)."""
+    sources, rounds = [], []
+    for d in dirs:
+        path = d / "crosscheck.json"
+        if not path.exists():
+            raise SystemExit(f"{d}: no crosscheck.json to pool")
+        data = json.loads(path.read_text())
+        setup = data["setup"]
+        ids = setup.get("bench_prompt_ids", "uniform")
+        sources.append({"dir": str(d), "shape": setup["shape"], "bench_prompt_ids": ids, "rounds": len(data["rounds"])})
+        rounds += [{**r, "source": str(d)} for r in data["rounds"]]
+    for key in ("shape", "bench_prompt_ids"):
+        values = sorted({str(src[key]) for src in sources})
+        if len(values) > 1:
+            raise SystemExit(f"cannot pool cross-checks of different {key}: {', '.join(values)}")
+    tolerance = TOLERANCE if tolerance is None else tolerance
+    summary = {view: ratios(rounds, view) for view in VIEWS}
+    return {"sources": sources, "rounds": rounds, "summary": summary, "verdict": verdict(rounds, tolerance)}
+
+
+def pooled_markdown(data: dict) -> str:
+    src = data["sources"]
+    rows = [[s["dir"], str(s["rounds"])] for s in src]
+    parts = [
+        "# bench load vs vllm bench serve: rounds pooled over servers",
+        "",
+        f"Shape {src[0]['shape']}, bench's prompt token ids {src[0]['bench_prompt_ids']}: {len(data['rounds'])} "
+        f"rounds of {len(src)} cross-checks, each on its own server. A round is a pair of adjacent runs on one "
+        f"server, so rounds of several servers are judged together.",
+        "",
+        *md_rows(["cross-check", "rounds"], rows),
+        "",
+        "## Summary",
+        "",
+        summaries_text(data),
+        verdict_text(data),
+    ]
+    return "\n".join(parts)
 
 
 class Target:
@@ -748,8 +910,8 @@ class CpuMeter:
 
 class ServerCounters:
     """What vLLM itself counted and timed over a `vllm bench serve` run's measured requests: generated tokens,
-    finished requests, and mean TTFT and TPOT from its per-request histograms (bench.metrics.SERVED_COUNTERS),
-    from a snapshot of /metrics taken when the client prints MAIN_RUN (its test request and warm-ups are over, and
+    finished requests, mean TTFT and TPOT from its per-request histograms (bench.metrics.SERVED_COUNTERS), and the
+    prefix-cache hit rate (bench.metrics.CACHE_COUNTERS), from a snapshot of /metrics taken when the client prints MAIN_RUN (its test request and warm-ups are over, and
     no measured request can have finished yet) to one after it exits. None where the line never came, the server
     has no such counter, or /metrics cannot be read."""
 
@@ -759,10 +921,10 @@ class ServerCounters:
         self.result: dict = {k: None for k in (*SERVER_KEYS, "server_requests", "server_tokens")}
 
     def _snapshot(self) -> dict | None:
-        from bench.metrics import SERVED_COUNTERS, counter_totals, parse_prometheus, scrape
+        from bench.metrics import CACHE_COUNTERS, SERVED_COUNTERS, counter_totals, parse_prometheus, scrape
 
         try:
-            return counter_totals(parse_prometheus(scrape(self.url)), SERVED_COUNTERS)
+            return counter_totals(parse_prometheus(scrape(self.url)), {**SERVED_COUNTERS, **CACHE_COUNTERS})
         except Exception as exc:  # a server without /metrics: the figures stay unknown, the run goes on
             _log(f"/metrics not read ({type(exc).__name__}: {exc}); vLLM-timed figures unknown for this run")
             return None
@@ -781,8 +943,9 @@ class ServerCounters:
 
 def served_figures(before: dict, after: dict) -> dict:
     """ServerCounters' figures from two bench.metrics.counter_totals snapshots of SERVED_COUNTERS, by the code that
-    gives a bench point its `served` (bench.metrics.served_check / served_total)."""
-    from bench.metrics import served_check, served_total
+    gives a bench point its `served` (bench.metrics.served_check / served_total), and the prefix-cache hit rate as
+    a bench point's `cache` has it (bench.metrics.cache_delta; None where the snapshots lack its counters)."""
+    from bench.metrics import CACHE_COUNTERS, cache_delta, served_check, served_total
 
     served = served_total([served_check(before, after, [])])
     return {
@@ -790,6 +953,9 @@ def served_figures(before: dict, after: dict) -> dict:
         "server_ttft_mean_ms": served["ttft_ms_vllm"],
         "server_requests": served["server_finished_requests"],
         "server_tokens": served["server_generation_tokens"],
+        "prefix_cache_hit_rate": cache_delta({k: before.get(k) for k in CACHE_COUNTERS}, after)[
+            "prefix_cache_hit_rate"
+        ],
     }
 
 
@@ -855,6 +1021,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="OUT",
         help="rewrite OUT's crosscheck.{json,md} from its runs' records (after a change to this script's reading)",
     )
+    where.add_argument(
+        "--pool",
+        type=Path,
+        nargs="+",
+        metavar="DIR",
+        help="judge the rounds of these cross-checks (one shape and prompt style, any servers) together: writes "
+        "OUT/pooled.{json,md}",
+    )
     ap.add_argument("--profile", help="with --url: the profile bench load runs (default: tiny)")
     ap.add_argument("--model", help="with --url: the served model name (default: the server's only one)")
     ap.add_argument("--tokenizer", help="with --url: the served model's folder (default: the profile's target)")
@@ -878,6 +1052,13 @@ def build_parser() -> argparse.ArgumentParser:
         "consecutive (the sequence vllm bench serve's random dataset builds before it re-tokenizes it): a test of "
         "whether the prompts' construction explains a gap between the clients",
     )
+    ap.add_argument(
+        "--tolerance",
+        type=float,
+        default=TOLERANCE,
+        help=f"the verdict's band (default {TOLERANCE}): bench / vllm within 1 +- this on output tok/s and mean TPOT, "
+        "and each client's mean TPOT on vLLM's own timing of its requests; exit 0 agree, 4 differ, 6 inconclusive",
+    )
     ap.add_argument("--axis", action="append", default=[], help="KEY=VALUE: pin an engine axis of the profile")
     ap.add_argument("--out", type=Path, help="folder for every run and crosscheck.{json,md} (needed to run one)")
     return ap
@@ -887,12 +1068,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.rebuild:
-        data = rebuild(args.rebuild)
-        print(summaries_text(data) + "\n" + acceptance_text(data))
+        data = rebuild(args.rebuild, args.tolerance)
+        print(summaries_text(data) + "\n" + verdict_text(data) + "\n" + acceptance_text(data))
         _log(f"rebuilt {args.rebuild / 'crosscheck.json'} and {args.rebuild / 'crosscheck.md'}")
-        return 0
+        return VERDICT_EXIT[data["verdict"]["verdict"]]
     if args.out is None:
-        parser.error("--out is needed with --url or --start")
+        parser.error("--out is needed with --url, --start or --pool")
+    if args.pool:
+        data = pool(args.pool, args.tolerance)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "pooled.json").write_text(json.dumps(data, indent=2) + "\n")
+        (args.out / "pooled.md").write_text(pooled_markdown(data))
+        print(summaries_text(data) + "\n" + verdict_text(data))
+        _log(f"wrote {args.out / 'pooled.json'} and {args.out / 'pooled.md'}")
+        return VERDICT_EXIT[data["verdict"]["verdict"]]
     from bench.plan import plan_sweep
     from bench.profile import resolve_profile_path
 
@@ -927,6 +1116,7 @@ def main(argv: list[str] | None = None) -> int:
     deadline = None if args.time_budget is None else time.monotonic() + args.time_budget
 
     def result() -> dict:
+        summary = {view: ratios(rounds, view) for view in VIEWS}
         return {
             "setup": {
                 "shape": "x".join(map(str, shape)),
@@ -939,6 +1129,7 @@ def main(argv: list[str] | None = None) -> int:
                 "stopped": stopped,
                 "base_seed": args.seed,
                 "bench_prompt_ids": args.bench_prompt_ids,
+                "tolerance": args.tolerance,
                 "profile": str(base_path),
                 "axes": axes,
                 "server": target.description if target else None,
@@ -947,7 +1138,8 @@ def main(argv: list[str] | None = None) -> int:
                 "command": [Path(sys.executable).name, *(sys.argv if argv is None else [__file__, *argv])],
             },
             "rounds": rounds,
-            "summary": {view: ratios(rounds, view) for view in VIEWS},
+            "summary": summary,
+            "verdict": verdict(rounds, args.tolerance),
             "acceptance": acceptance(rounds),
         }
 
@@ -1010,9 +1202,10 @@ def main(argv: list[str] | None = None) -> int:
             target.close()
         signal.signal(signal.SIGTERM, previous)
     write()
-    print("\n" + summaries_text(result()) + "\n" + acceptance_text(result()))
+    data = result()
+    print("\n" + summaries_text(data) + "\n" + verdict_text(data) + "\n" + acceptance_text(data))
     _log(f"wrote {out / 'crosscheck.json'} and {out / 'crosscheck.md'}")
-    return 0
+    return VERDICT_EXIT[data["verdict"]["verdict"]]
 
 
 if __name__ == "__main__":

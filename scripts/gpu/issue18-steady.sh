@@ -6,7 +6,8 @@
 #   a   server start A: every point of the profile (no-spec, FLASHMLA/fp8, TRITON_MLA/fp8 x 4 shapes); first the
 #       measured copy-bandwidth ceiling (bench/bandwidth.py) into $OUT/bandwidth.json
 #   b   server start B: no-spec and FLASHMLA/fp8 again (8x1024x256 first, then the other shapes), a second folder
-#   x   the client cross-check (benchmarks/client_crosscheck.py) on one FLASHMLA/fp8 server, 8x1024x256, X_PROMPTS
+#   x   the client cross-check (benchmarks/client_crosscheck.py) on one FLASHMLA/fp8 server, 8x1024x256, X_ROUNDS
+#       rounds at most (default 2; it starts one only while it fits the time left), X_PROMPTS
 #       requests a run (default 128: windows of 25 s and more)
 # PROF replaces the profile (a copy with another window cap). A_DIR / B_DIR name the result folders of a and b (default start-a / start-b); B_ENGINES the engine labels of b. GPU telemetry (SM and memory clocks,
 # power, temperature, throttle reasons, once a second) goes to gpu-telemetry.csv beside them.
@@ -50,7 +51,7 @@ for step in "$@"; do
       left=$((budget - SECONDS - 30))
       [ $left -gt 200 ] || { echo "== $left s left: no cross-check"; continue; }
       timeout -s TERM $left python benchmarks/client_crosscheck.py --start $prof --axis draft_attention_backend=FLASHMLA \
-        --axis num_speculative_tokens=3 --shape 8x1024x256 --num-prompts ${X_PROMPTS:-128} --bench-prompt-ids ${X_PROMPT_IDS:-uniform} --rounds 2 --time-budget $((left - 20)) --out /tmp/res/${X_DIR:-crosscheck} 2>&1 \
+        --axis num_speculative_tokens=3 --shape 8x1024x256 --num-prompts ${X_PROMPTS:-128} --bench-prompt-ids ${X_PROMPT_IDS:-uniform} --rounds ${X_ROUNDS:-2} --time-budget $((left - 20)) --out /tmp/res/${X_DIR:-crosscheck} 2>&1 \
         | grep -vE "^\[?(INFO|DEBUG)" | tee -a "$OUT/crosscheck.log" | tail -30 ;;
   esac
 done

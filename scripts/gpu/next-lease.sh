@@ -3,26 +3,36 @@
 # call's BUDGET_SECONDS (the call's limit less what came before it in the command: the install takes ~25 s). Every
 # call of a lease runs this same command; each task resumes where the last call stopped or is skipped once done
 # (results stay in /tmp/res, every call sends back $OUT/steady.tgz), so a finished task costs nothing.
-#   1. issue 18: the client cross-check's ABBA pair, 2 rounds of 112 requests (windows of ~33 s): a cold server start
-#      (250 s) and two rounds of ~100 s fit one call only with the 1.2 x margin of the second round's start; with
-#      128 requests (113 s a round) the second round did not start, twice (reports/examples/kimi-rank-h200-long-window)
-#   2. issue 18: the same ABBA pair with bench's prompts built as vllm bench serve's random dataset builds them
-#      (consecutive token ids: --bench-prompt-ids consecutive), on a second server: does the prompts' construction
-#      explain the clients' gap (reports/examples/kimi-rank-h200-long-window: bench's TPOT 7.4% above vllm's)?
-#   3. issue 18: a third start of no-spec at 8x1024x256 (/tmp/res/lease-3), with 250 s or more left: the no-spec
-#      between-start spread (reports/examples/kimi-rank-h200-one-lease: two starts 11% apart)
+#   1. issue 18: the client cross-check with as many rounds as each call holds (X_ROUNDS=8: a round is started only
+#      while 1.2 x the longest still fits), 112 requests a run (windows of ~33 s on the H200), one server per call in
+#      /tmp/res/crosscheck-call-N (N = 1, 2, 3: a cold start, 250 s, leaves room for 2 rounds; a warm one, ~85 s, for
+#      4), then every call's rounds judged together in /tmp/res/crosscheck-pooled (client_crosscheck.py --pool). The
+#      H100 lease (reports/examples/kimi-rank-h100-crosscheck) found the server's speed moving ~18% between rounds,
+#      so the client-vs-client verdict needs ~8 rounds or more; each client's timing against vLLM's own agreed to
+#      0.1% there
+#   2. issue 18: a third start of no-spec at 8x1024x256 (/tmp/res/lease-3), after three cross-check calls, with 250 s
+#      or more left: the no-spec between-start spread (reports/examples/kimi-rank-h200-one-lease: two starts 11% apart)
 # (Earlier sessions ran this queue's other tasks: issue 21's DCP points, no-spec / FLASHMLA / TRITON_MLA at 8x1024 on
-# one lease, twice, and FLASHMLA 32x1024 in one 398 s window.)
+# one lease, twice, FLASHMLA 32x1024 in one 398 s window, and on an H100 the cross-check with bench's prompts built
+# as vLLM's random dataset builds them.)
 # Carry limit (64 MiB with .gpu/part3, ~52 MB): remove reports/examples and tests/ from the working tree while the
 # lease runs (committed first), and `git checkout -- reports/examples tests` after: moving them to a folder that
 # already exists nests them.
 set -uo pipefail
 budget=${1:?usage: next-lease.sh BUDGET_SECONDS}
 left() { echo $((budget - SECONDS)); }
-[ -e /tmp/res/crosscheck-abba-112 ] || X_PROMPTS=112 X_DIR=crosscheck-abba-112 bash scripts/gpu/issue18-steady.sh "$(left)" x
-[ -e /tmp/res/crosscheck-consecutive-112 ] || [ "$(left)" -lt 300 ] \
-  || X_PROMPTS=112 X_PROMPT_IDS=consecutive X_DIR=crosscheck-consecutive-112 bash scripts/gpu/issue18-steady.sh "$(left)" x
+calls() { ls -d /tmp/res/crosscheck-call-* 2>/dev/null | wc -l; }
+n=$(($(calls) + 1))
+if [ "$n" -le 3 ] && [ "$(left)" -ge 300 ]; then
+  X_PROMPTS=112 X_ROUNDS=8 X_DIR=crosscheck-call-$n bash scripts/gpu/issue18-steady.sh "$(left)" x
+fi
+if [ "$(calls)" -gt 0 ]; then  # every call's rounds so far, judged together (exit 6 while inconclusive)
+  rm -rf /tmp/res/crosscheck-pooled
+  python benchmarks/client_crosscheck.py --pool /tmp/res/crosscheck-call-* --out /tmp/res/crosscheck-pooled 2>&1 \
+    | tee -a "$OUT/crosscheck.log" | tail -12
+  tar czf "$OUT/steady.tgz" --exclude="*/run" -C /tmp res
+fi
 has_points() { ls /tmp/res/$1/points/*.json >/dev/null 2>&1; }
-if ! has_points lease-3 && [ "$(left)" -ge 250 ]; then
+if [ "$(calls)" -ge 3 ] && ! has_points lease-3 && [ "$(left)" -ge 250 ]; then
   B_DIR=lease-3 B_SHAPES=8x1024x256 B_ENGINES='no-spec dcp1 k0' bash scripts/gpu/issue18-steady.sh "$(left)" b
 fi

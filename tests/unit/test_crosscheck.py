@@ -119,6 +119,9 @@ def test_bench_record_steady_headline_and_whole(xc):
     assert fig["prompt_tokens_sent_mean"] == 64
     assert fig["completed"] == 16 and fig["output_tokens_mean"] == 32
     assert fig["acceptance_length"] == 4.0 and fig["warmup_requests"] == 4
+    assert fig["prefix_cache_hit_rate"] is None  # a record without its window's cache counters
+    flagged = BENCH_STEADY | {"cache": {"prefix_cache_hit_rate": 0.0234375}}  # the H100 cross-check's bench-2
+    assert xc.parse_bench(flagged)["prefix_cache_hit_rate"] == 0.0234375
 
 
 def test_bench_record_without_window_label_is_whole(xc):
@@ -210,6 +213,64 @@ def test_tables(xc):
     assert "whole window on both sides" in text and "## Round 2 (vllm then bench)" in text
     assert "    python -m bench --out 'a dir'" in text
     assert "2 rounds, order alternating" in text
+
+
+def test_agreement_judges_the_mean_ratio_by_its_interval_over_rounds(xc):
+    from scipy import stats
+
+    tight = xc.agreement([1.01, 0.99, 1.00, 1.005], 0.03)
+    assert tight["verdict"] == "agree" and tight["rounds"] == 4
+    hw = stats.t.ppf(0.975, 3) * stats.tstd([1.01, 0.99, 1.00, 1.005]) / 2
+    assert tight["half_width"] == pytest.approx(hw) and tight["low"] == pytest.approx(1.00125 - hw)
+    assert xc.agreement([1.10, 1.12, 1.11], 0.03)["verdict"] == "differ"
+    assert xc.agreement([0.90, 0.91, 0.89], 0.03)["verdict"] == "differ"
+    # the H100 cross-check's rounds (mean TPOT, consecutive prompts): a mean of 1.096 with a wide interval
+    wide = xc.agreement([1.173, 1.019], 0.03)
+    assert wide["verdict"] == "inconclusive" and wide["low"] < 0.97 and wide["high"] > 1.03
+    assert wide["rounds_needed"] is None  # its mean is outside the band: no count of rounds would say 'agree'
+    # two rounds 1% apart around 1.0: inside the band on average, but t(1) = 12.7 leaves the interval wide
+    two = xc.agreement([0.995, 1.005], 0.03)
+    assert two["verdict"] == "inconclusive" and two["rounds_needed"] == 3
+    one = xc.agreement([1.0, None], 0.03)  # one round: no spread to judge by
+    assert (one["verdict"], one["rounds"], one["half_width"]) == ("inconclusive", 1, None)
+    assert xc.rounds_needed(0.01, 0.0) is None and xc.rounds_needed(0.0, 0.01) == 2
+
+
+def test_verdict_over_the_judged_ratios_and_its_exit_code(xc):
+    def rounds(tok, tpot, timing=(1.0, 1.001, 0.999)):
+        """Rounds with these bench / vllm ratios of output tok/s and mean TPOT, and each client's mean TPOT over
+        vLLM's timing of its requests at `timing` (bench: its whole window, 15.74 ms in BENCH_STEADY)."""
+        out = rounds_of(xc, [(100.0 * t, 100.0) for t in tok])
+        for r, x, t in zip(out, tpot, timing[: len(out)], strict=True):
+            r["bench"]["tpot_mean_ms"], r["vllm"]["tpot_mean_ms"] = 10.0 * x, 10.0
+            r["bench"]["server_tpot_mean_ms"] = 15.74 / t
+            r["vllm"]["server_tpot_mean_ms"] = 10.0 / t
+        return out
+
+    agree = xc.verdict(rounds([1.0, 1.01, 0.995], [1.0, 0.99, 1.0]), 0.03)
+    assert agree["verdict"] == "agree" and set(agree["metrics"]) == set(xc.JUDGED)
+    assert agree["metrics"]["bench_timing"]["mean"] == pytest.approx((1.0 + 1.001 + 0.999) / 3)
+    assert xc.verdict(rounds([1.0, 1.01, 0.995], [1.2, 1.21, 1.19]), 0.03)["verdict"] == "differ"
+    # a client timing the server 10% off its own timing of the same requests differs, whatever the load ratios say
+    assert xc.verdict(rounds([1.0, 1.01, 0.995], [1.0, 0.99, 1.0], (1.1, 1.1, 1.1)), 0.03)["verdict"] == "differ"
+    assert xc.verdict(rounds([1.0, 1.01], [1.0, 1.02]), 0.03)["verdict"] == "inconclusive"
+    assert xc.verdict(rounds([1.0, 1.01], [1.0, 1.02]), 0.2)["verdict"] == "agree"  # a wider band
+    old = rounds([1.0, 1.01, 0.995], [1.0, 0.99, 1.0])
+    for r in old:  # runs made before vLLM's timing was read: its ratios are unknown, so the verdict cannot agree
+        r["vllm"]["server_tpot_mean_ms"] = None
+    unknown = xc.verdict(old, 0.03)
+    assert unknown["verdict"] == "inconclusive" and unknown["metrics"]["vllm_timing"]["rounds"] == 0
+    from bench.errors import ExitCode
+
+    assert xc.VERDICT_EXIT == {
+        "agree": ExitCode.OK,
+        "differ": ExitCode.GATE_FAILED,
+        "inconclusive": ExitCode.INCONCLUSIVE,
+    }
+    text = xc.verdict_text({"verdict": xc.verdict(rounds([1.0, 1.1], [1.0, 0.99]), 0.03)})
+    assert "**inconclusive** (exit code 6)" in text
+    assert "| output tok/s, bench / vllm | 2 | 1.050 | 0.415-1.685 | inconclusive |  |" in text
+    assert xc.verdict_text({}) == ""
 
 
 def test_a_budget_cut_run_says_how_many_rounds_ran_and_why(xc):
@@ -354,6 +415,10 @@ def test_rebuild_rereads_the_runs_and_keeps_what_only_the_run_knew(xc, tmp_path)
     assert data["acceptance"]["pooled"]["difference"] == pytest.approx(2.3 - 2.2)
     assert json.loads((tmp_path / "crosscheck.json").read_text()) == data
     assert "## Acceptance length" in (tmp_path / "crosscheck.md").read_text()
+    # one round: the verdict cannot judge, at the default band or another
+    assert data["verdict"]["verdict"] == "inconclusive" and data["setup"]["tolerance"] == xc.TOLERANCE
+    assert "## Verdict" in (tmp_path / "crosscheck.md").read_text()
+    assert xc.rebuild(tmp_path, 0.05)["verdict"]["tolerance"] == 0.05
     # vLLM's timing of its client's run is kept only where it was counted over the main run alone (a run written
     # before the marker counted its warm-ups too)
     assert data["rounds"][0]["vllm"]["server_tpot_mean_ms"] is None
@@ -373,6 +438,14 @@ def test_vllm_timed_figures_from_two_counter_snapshots(xc):
     assert fig["server_tpot_mean_ms"] == pytest.approx(20.0) and fig["server_ttft_mean_ms"] == pytest.approx(100.0)
     assert (fig["server_requests"], fig["server_tokens"]) == (16.0, 512.0)
     assert xc.served_figures(before, before | {"tpot_s_sum": None})["server_tpot_mean_ms"] is None
+    assert fig["prefix_cache_hit_rate"] is None  # snapshots without the prefix-cache counters
+    cache_before = before | {"prefix_cache_queries": 1024.0, "prefix_cache_hits": 1024.0, "preemptions": 0.0}
+    cache_after = after | {
+        "prefix_cache_queries": 1024.0 + 16 * 64,
+        "prefix_cache_hits": 1024.0 + 64,
+        "preemptions": 0.0,
+    }
+    assert xc.served_figures(cache_before, cache_after)["prefix_cache_hit_rate"] == pytest.approx(1 / 16)
     # the same in both views, and a ratio row like the clients' own figures
     rounds = rounds_of(xc, [(1.0, 1.0)])
     rounds[0]["bench"] |= fig
@@ -449,3 +522,39 @@ def test_server_rhythm_from_each_clients_token_times(xc):
     assert fig["step_p50_ms"] == pytest.approx(10.0)
     assert fig["stall_p50_ms"] == pytest.approx(200.0) and fig["stall_share"] == pytest.approx(0.5)
     assert xc.parse_vllm(VLLM_RESULT)["stall_share"] is None  # without --save-detailed's times
+
+
+def test_pool_judges_the_rounds_of_several_servers_together(xc, tmp_path):
+    import json
+
+    def write(name, pairs, shape="8x1024x256", ids="uniform"):
+        d = tmp_path / name
+        d.mkdir()
+        rounds = rounds_of(xc, pairs)
+        for r in rounds:  # each client on vLLM's timing of its requests, within 0.1%
+            r["bench"]["server_tpot_mean_ms"] = r["bench"]["whole"]["tpot_mean_ms"] * 1.001
+            r["vllm"]["server_tpot_mean_ms"] = r["vllm"]["tpot_mean_ms"] * 0.999
+            r["bench"]["tpot_mean_ms"] = r["vllm"]["tpot_mean_ms"] * r["bench"]["output_tok_s"] / 100.0
+        setup = {"shape": shape, "bench_prompt_ids": ids}
+        (d / "crosscheck.json").write_text(json.dumps({"setup": setup, "rounds": rounds}))
+        return d
+
+    a = write("call-1", [(100.0, 100.0), (101.0, 100.0)])
+    b = write("call-2", [(99.5, 100.0), (100.5, 100.0), (100.0, 100.0)])
+    data = xc.pool([a, b])
+    assert [s["rounds"] for s in data["sources"]] == [2, 3] and len(data["rounds"]) == 5
+    assert data["rounds"][2]["source"] == str(b)
+    assert data["summary"]["headline"]["output_tok_s"]["per_round"] == pytest.approx([1.0, 1.01, 0.995, 1.005, 1.0])
+    assert data["verdict"]["verdict"] == "agree"  # five rounds within 1% judge what two rounds of each could not
+    assert xc.pool([a])["verdict"]["verdict"] == "inconclusive"
+    out = tmp_path / "pooled"
+    assert xc.main(["--pool", str(a), str(b), "--out", str(out)]) == 0
+    assert json.loads((out / "pooled.json").read_text())["verdict"]["verdict"] == "agree"
+    assert "5 rounds of 2 cross-checks" in (out / "pooled.md").read_text()
+    assert xc.main(["--pool", str(a), "--out", str(out)]) == 6  # inconclusive: its own exit code, never a pass
+    with pytest.raises(SystemExit, match="different shape"):
+        xc.pool([a, write("other-shape", [(100.0, 100.0)], shape="8x8192x256")])
+    with pytest.raises(SystemExit, match="different bench_prompt_ids"):
+        xc.pool([a, write("consecutive", [(100.0, 100.0)], ids="consecutive")])
+    with pytest.raises(SystemExit, match="no crosscheck.json"):
+        xc.pool([tmp_path / "pooled"])
