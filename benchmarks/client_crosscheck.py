@@ -121,6 +121,11 @@ TOLERANCE = 0.03
 CONFIDENCE = 0.95
 # verdict -> exit code: inconclusive is never a pass
 VERDICT_EXIT = {"agree": ExitCode.OK, "differ": ExitCode.GATE_FAILED, "inconclusive": ExitCode.INCONCLUSIVE}
+# what vllm bench serve's requests stream, after --vllm-stream-options in the report
+STREAM_OPTIONS_NOTE = {
+    "own": "its own (usage in the last chunk only; bench asks for usage on every chunk)",
+    "bench": "bench's (usage on every chunk, as bench's requests ask: --vllm-stream-options bench)",
+}
 SHAPE_RE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*x\s*(\d+)\s*$")
 ENGINE_AXES = ("draft_attention_backend", "draft_kv_cache_dtype", "dcp_size", "num_speculative_tokens", "dcp_emulated")
 # [run] keys of the base profile that would make bench measure something else than a fixed number of requests
@@ -154,6 +159,14 @@ VLLM_BENCH_SERVE = (
 def order(round_number: int) -> tuple[str, str]:
     """Which client runs first in round `round_number` (1-based): bench first in odd rounds (ABBA...)."""
     return CLIENTS if round_number % 2 == 1 else CLIENTS[::-1]
+
+
+def bench_stream_options(which: str) -> dict | None:
+    """The --extra-body that gives vllm bench serve's requests bench's stream_options (`which` = "bench"), or None
+    (its own)."""
+    from bench.loadgen import STREAM_OPTIONS
+
+    return {"stream_options": dict(STREAM_OPTIONS)} if which == "bench" else None
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -586,7 +599,8 @@ def markdown(result: dict) -> str:
         f"{setup['warmup_prompts']}), vllm {setup['vllm_warmups']}), "
         f"{_rounds_text(setup)}, order alternating (ABBA). Server: {setup['server']}. bench's headline window: "
         f"{', '.join(windows)}. bench's prompt token ids: {setup.get('bench_prompt_ids', 'uniform')}"
-        f"{PROMPT_IDS_NOTE.get(setup.get('bench_prompt_ids', 'uniform'), '')}.",
+        f"{PROMPT_IDS_NOTE.get(setup.get('bench_prompt_ids', 'uniform'), '')}. vllm's stream options: "
+        f"{STREAM_OPTIONS_NOTE[setup.get('vllm_stream_options', 'own')]}.",
         "",
         "## Summary",
         "",
@@ -689,8 +703,18 @@ def bench_argv(url: str, model: str, profile: Path, out: Path) -> list[str]:
 
 
 def vllm_argv(
-    url: str, model: str, tokenizer: str, shape: tuple[int, int, int], n: int, warmup: int, seed: int, out: Path
+    url: str,
+    model: str,
+    tokenizer: str,
+    shape: tuple[int, int, int],
+    n: int,
+    warmup: int,
+    seed: int,
+    out: Path,
+    extra_body: dict | None = None,
 ) -> list[str]:
+    """`vllm bench serve` at this shape; `extra_body` goes into every request's JSON (its --extra-body, applied
+    after the client's own fields, so it replaces e.g. its stream_options)."""
     c, inp, outp = shape
     options = {
         "--backend": "vllm",  # /v1/completions, streamed, as bench's random token-id workload
@@ -716,6 +740,8 @@ def vllm_argv(
         "--result-dir": out,
         "--result-filename": "result.json",
     }
+    if extra_body:
+        options["--extra-body"] = json.dumps(extra_body, separators=(",", ":"))
     flags = [x for k, v in options.items() for x in ([k] if v is None else [k, str(v)])]
     return [sys.executable, "-c", VLLM_BENCH_SERVE, *flags]
 
@@ -1053,6 +1079,13 @@ def build_parser() -> argparse.ArgumentParser:
         "whether the prompts' construction explains a gap between the clients",
     )
     ap.add_argument(
+        "--vllm-stream-options",
+        choices=("own", "bench"),
+        default="own",
+        help="the stream_options vllm bench serve's requests carry: its own (include_usage, default) or bench's "
+        "(usage on every chunk too): a test of whether that per-chunk work explains a gap between the clients",
+    )
+    ap.add_argument(
         "--tolerance",
         type=float,
         default=TOLERANCE,
@@ -1130,6 +1163,7 @@ def main(argv: list[str] | None = None) -> int:
                 "base_seed": args.seed,
                 "bench_prompt_ids": args.bench_prompt_ids,
                 "tolerance": args.tolerance,
+                "vllm_stream_options": args.vllm_stream_options,
                 "profile": str(base_path),
                 "axes": axes,
                 "server": target.description if target else None,
@@ -1179,7 +1213,15 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     d = out / f"vllm-{r}"
                     cmd = vllm_argv(
-                        target.url, target.model, target.tokenizer, shape, args.num_prompts, vllm_warmups, seed, d
+                        target.url,
+                        target.model,
+                        target.tokenizer,
+                        shape,
+                        args.num_prompts,
+                        vllm_warmups,
+                        seed,
+                        d,
+                        bench_stream_options(args.vllm_stream_options),
                     )
                     served = ServerCounters(target.url)
                     with CpuMeter(target.pids) as meter:

@@ -558,3 +558,24 @@ def test_pool_judges_the_rounds_of_several_servers_together(xc, tmp_path):
         xc.pool([a, write("consecutive", [(100.0, 100.0)], ids="consecutive")])
     with pytest.raises(SystemExit, match="no crosscheck.json"):
         xc.pool([tmp_path / "pooled"])
+
+
+def test_vllm_client_can_stream_with_benchs_options(xc, tmp_path):
+    import json
+
+    from bench.loadgen import STREAM_OPTIONS
+
+    own = xc.vllm_argv("http://h", "m", "/tok", (4, 64, 32), 16, 4, 2, tmp_path)
+    assert "--extra-body" not in own
+    theirs = xc.vllm_argv("http://h", "m", "/tok", (4, 64, 32), 16, 4, 2, tmp_path, xc.bench_stream_options("bench"))
+    body = json.loads(theirs[theirs.index("--extra-body") + 1])
+    assert body == {"stream_options": STREAM_OPTIONS} and STREAM_OPTIONS["continuous_usage_stats"] is True
+    assert xc.bench_stream_options("own") is None
+    setup = {"shape": "4x64x32", "num_prompts": 16, "warmup_prompts": 4, "vllm_warmups": 4, "rounds": 0}
+    empty = {view: xc.ratios([], view) for view in xc.VIEWS}
+    text = xc.markdown({"setup": setup | {"server": "here"}, "rounds": [], "summary": empty})
+    assert "vllm's stream options: its own (usage in the last chunk only" in text
+    text = xc.markdown(
+        {"setup": setup | {"server": "here", "vllm_stream_options": "bench"}, "rounds": [], "summary": empty}
+    )
+    assert "vllm's stream options: bench's (usage on every chunk" in text
