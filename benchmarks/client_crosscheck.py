@@ -12,11 +12,11 @@ metric (mean, min, max over rounds) and writes `OUT/crosscheck.json` and `OUT/cr
 so a failed run keeps the rounds before it), and a verdict: whether bench / vllm is within 1 +- --tolerance (3%) on
 output tok/s and mean TPOT, and each client's mean TPOT within it of vLLM's own timing of the same requests, from
 the 95% t-interval of each mean ratio over rounds: 'agree' (exit 0), 'differ' (exit 4) or 'inconclusive' (exit 6,
-with the rounds that the spread would need), as bench.errors.ExitCode numbers them. Per run it also records the CPU seconds of the client, of a server it started, and of other work on the
-machine (a shared host's noise); vLLM's own timing of each client's measured requests (mean TPOT and TTFT from the
-server's /metrics histograms, warm-ups left out); and the server's step and stall rhythm read from each client's
-token arrival times: a client that times differently and a server that behaved differently under the two loads
-are then told apart.
+with the rounds that the spread would need), as bench.errors.ExitCode numbers them. Per run it also records the
+CPU seconds of the client, of a server it started, and of other work on the machine (a shared host's noise); vLLM's
+own timing of each client's measured requests (mean TPOT and TTFT from the server's /metrics histograms, warm-ups
+left out); and the server's step and stall rhythm read from each client's token arrival times: a client that times
+differently and a server that behaved differently under the two loads are then told apart.
 
     # against a running server (the profile describes it: its model and engine configuration)
     python benchmarks/client_crosscheck.py --url http://127.0.0.1:8000 --model bench-target \
@@ -119,6 +119,8 @@ JUDGED = {
 }
 TOLERANCE = 0.03
 CONFIDENCE = 0.95
+# what cross-checks pooled into one verdict must share (their setup's key -> its value where an older run lacks it)
+POOLED_SETUP = {"shape": None, "bench_prompt_ids": "uniform", "vllm_stream_options": "own"}
 # verdict -> exit code: inconclusive is never a pass
 VERDICT_EXIT = {"agree": ExitCode.OK, "differ": ExitCode.GATE_FAILED, "inconclusive": ExitCode.INCONCLUSIVE}
 # what vllm bench serve's requests stream, after --vllm-stream-options in the report
@@ -383,8 +385,8 @@ def agreement(per_round: Sequence[float | None], tolerance: float) -> dict:
 
     known = [float(x) for x in per_round if x is not None]
     n = len(known)
-    out: dict[str, Any] = {"rounds": n, "mean": statistics.fmean(known) if known else None, "low": None}
-    out.update(high=None, half_width=None, verdict="inconclusive", rounds_needed=None)
+    out: dict[str, Any] = dict(rounds=n, mean=statistics.fmean(known) if known else None, low=None, high=None)
+    out.update(half_width=None, verdict="inconclusive", rounds_needed=None)
     if n < 2:
         return out
     mean, sd = statistics.fmean(known), statistics.stdev(known)
@@ -437,8 +439,8 @@ def verdict_text(result: dict) -> str:
         rows[-1].append(_fmt(a["rounds_needed"], "d") if a["rounds_needed"] is not None else "")
     tol = f"{v['tolerance']:.0%}"
     head = (
-        f"Each ratio within 1 +- {tol}, judged by the {v['confidence']:.0%} t-interval of its mean over rounds, on "
-        f"this one server: **{v['verdict']}** (exit code {int(VERDICT_EXIT[v['verdict']])}). 'agree' needs the "
+        f"Each ratio within 1 +- {tol}, judged by the {v['confidence']:.0%} t-interval of its mean over rounds: "
+        f"**{v['verdict']}** (exit code {int(VERDICT_EXIT[v['verdict']])}). 'agree' needs the "
         f"whole interval inside the band, 'differ' wholly outside it; 'rounds needed' is the count at which this "
         f"spread would judge (blank where the mean itself is outside the band). bench / vllm compares two adjacent "
         f"runs, so a server whose speed moves between runs moves it; the vLLM-timed ratios compare a client with the "
@@ -791,11 +793,11 @@ def read_bench_dir(root: Path) -> dict:
     return {**parse_bench(record, rows), "point_id": record.get("point_id")}
 
 
-def rebuild(out: Path, tolerance: float | None = None) -> dict:
+def rebuild(out: Path, tolerance: float = TOLERANCE) -> dict:
     """A cross-check's crosscheck.{json,md} rebuilt from its runs' committed records (each round's bench-<r>
     point record and raw rows, vllm-<r>/result.json), keeping what only the run itself knew (seeds, wall and CPU
     seconds, argv, setup). The figures then come from the records as this script reads them now, and the verdict
-    is judged at `tolerance` (default: TOLERANCE, whatever the run used)."""
+    is judged at `tolerance` (whatever the run used)."""
     path = out / "crosscheck.json"
     if not path.exists():
         raise SystemExit(f"{out}: no crosscheck.json to rebuild")
@@ -810,7 +812,6 @@ def rebuild(out: Path, tolerance: float | None = None) -> dict:
             r[client] = {**old, **fig}
     data["summary"] = {view: ratios(data["rounds"], view) for view in VIEWS}
     data["acceptance"] = acceptance(data["rounds"])
-    tolerance = TOLERANCE if tolerance is None else tolerance
     data["setup"]["tolerance"] = tolerance
     data["verdict"] = verdict(data["rounds"], tolerance)
     path.write_text(json.dumps(data, indent=2) + "\n")
@@ -818,9 +819,9 @@ def rebuild(out: Path, tolerance: float | None = None) -> dict:
     return data
 
 
-def pool(dirs: Sequence[Path], tolerance: float | None = None) -> dict:
-    """The rounds of several cross-checks of one shape and bench prompt style (each on its own server, e.g. one per
-    device call) judged together: a round is a pair of adjacent runs on one server, so it is the unit whichever
+def pool(dirs: Sequence[Path], tolerance: float = TOLERANCE) -> dict:
+    """The rounds of several cross-checks of one experiment (POOLED_SETUP alike; each on its own server, e.g. one
+    per device call) judged together: a round is a pair of adjacent runs on one server, so it is the unit whichever
     server it ran on. Figures as each crosscheck.json has them (rebuild first to re-read the records). Acceptance
     is not pooled: a fresh server repeats its seeded draw (docs/measurement.md)."""
     sources, rounds = [], []
@@ -829,15 +830,13 @@ def pool(dirs: Sequence[Path], tolerance: float | None = None) -> dict:
         if not path.exists():
             raise SystemExit(f"{d}: no crosscheck.json to pool")
         data = json.loads(path.read_text())
-        setup = data["setup"]
-        ids = setup.get("bench_prompt_ids", "uniform")
-        sources.append({"dir": str(d), "shape": setup["shape"], "bench_prompt_ids": ids, "rounds": len(data["rounds"])})
+        setup = {key: data["setup"].get(key, default) for key, default in POOLED_SETUP.items()}
+        sources.append({"dir": str(d), **setup, "rounds": len(data["rounds"])})
         rounds += [{**r, "source": str(d)} for r in data["rounds"]]
-    for key in ("shape", "bench_prompt_ids"):
+    for key in POOLED_SETUP:
         values = sorted({str(src[key]) for src in sources})
         if len(values) > 1:
             raise SystemExit(f"cannot pool cross-checks of different {key}: {', '.join(values)}")
-    tolerance = TOLERANCE if tolerance is None else tolerance
     summary = {view: ratios(rounds, view) for view in VIEWS}
     return {"sources": sources, "rounds": rounds, "summary": summary, "verdict": verdict(rounds, tolerance)}
 
@@ -848,7 +847,8 @@ def pooled_markdown(data: dict) -> str:
     parts = [
         "# bench load vs vllm bench serve: rounds pooled over servers",
         "",
-        f"Shape {src[0]['shape']}, bench's prompt token ids {src[0]['bench_prompt_ids']}: {len(data['rounds'])} "
+        f"Shape {src[0]['shape']}, bench's prompt token ids {src[0]['bench_prompt_ids']}, vllm's stream options "
+        f"{src[0]['vllm_stream_options']}: {len(data['rounds'])} "
         f"rounds of {len(src)} cross-checks, each on its own server. A round is a pair of adjacent runs on one "
         f"server, so rounds of several servers are judged together.",
         "",
@@ -937,8 +937,9 @@ class CpuMeter:
 class ServerCounters:
     """What vLLM itself counted and timed over a `vllm bench serve` run's measured requests: generated tokens,
     finished requests, mean TTFT and TPOT from its per-request histograms (bench.metrics.SERVED_COUNTERS), and the
-    prefix-cache hit rate (bench.metrics.CACHE_COUNTERS), from a snapshot of /metrics taken when the client prints MAIN_RUN (its test request and warm-ups are over, and
-    no measured request can have finished yet) to one after it exits. None where the line never came, the server
+    prefix-cache hit rate (bench.metrics.CACHE_COUNTERS), from a snapshot of /metrics taken when the client prints
+    MAIN_RUN (its test request and warm-ups are over, and no measured request can have finished yet) to one after
+    it exits. None where the line never came, the server
     has no such counter, or /metrics cannot be read."""
 
     def __init__(self, url: str):
@@ -970,8 +971,8 @@ class ServerCounters:
 def served_figures(before: dict, after: dict) -> dict:
     """ServerCounters' figures from two bench.metrics.counter_totals snapshots of SERVED_COUNTERS, by the code that
     gives a bench point its `served` (bench.metrics.served_check / served_total), and the prefix-cache hit rate as
-    a bench point's `cache` has it (bench.metrics.cache_delta; None where the snapshots lack its counters)."""
-    from bench.metrics import CACHE_COUNTERS, cache_delta, served_check, served_total
+    a bench point's `cache` has it (bench.metrics.cache_delta; None where the server has no such counters)."""
+    from bench.metrics import cache_delta, served_check, served_total
 
     served = served_total([served_check(before, after, [])])
     return {
@@ -979,9 +980,7 @@ def served_figures(before: dict, after: dict) -> dict:
         "server_ttft_mean_ms": served["ttft_ms_vllm"],
         "server_requests": served["server_finished_requests"],
         "server_tokens": served["server_generation_tokens"],
-        "prefix_cache_hit_rate": cache_delta({k: before.get(k) for k in CACHE_COUNTERS}, after)[
-            "prefix_cache_hit_rate"
-        ],
+        "prefix_cache_hit_rate": cache_delta(before, after)["prefix_cache_hit_rate"],
     }
 
 

@@ -430,10 +430,12 @@ def test_rebuild_rereads_the_runs_and_keeps_what_only_the_run_knew(xc, tmp_path)
 
 
 def test_vllm_timed_figures_from_two_counter_snapshots(xc):
+    # as bench.metrics.counter_totals gives them: every key, None for counters the server has not (here the cache's)
+    no_cache = dict.fromkeys(("prefix_cache_queries", "prefix_cache_hits", "preemptions"))
     before = {"generation_tokens": 100.0, "finished_requests": 4.0, "ttft_s_sum": 1.0, "ttft_count": 4.0}
-    before |= {"tpot_s_sum": 0.1, "tpot_count": 4.0}
+    before |= {"tpot_s_sum": 0.1, "tpot_count": 4.0} | no_cache
     after = {"generation_tokens": 612.0, "finished_requests": 20.0, "ttft_s_sum": 2.6, "ttft_count": 20.0}
-    after |= {"tpot_s_sum": 0.42, "tpot_count": 20.0}
+    after |= {"tpot_s_sum": 0.42, "tpot_count": 20.0} | no_cache
     fig = xc.served_figures(before, after)
     assert fig["server_tpot_mean_ms"] == pytest.approx(20.0) and fig["server_ttft_mean_ms"] == pytest.approx(100.0)
     assert (fig["server_requests"], fig["server_tokens"]) == (16.0, 512.0)
@@ -556,6 +558,12 @@ def test_pool_judges_the_rounds_of_several_servers_together(xc, tmp_path):
         xc.pool([a, write("other-shape", [(100.0, 100.0)], shape="8x8192x256")])
     with pytest.raises(SystemExit, match="different bench_prompt_ids"):
         xc.pool([a, write("consecutive", [(100.0, 100.0)], ids="consecutive")])
+    streams = write("bench-streams", [(100.0, 100.0)])  # vLLM's client with bench's stream options: another test
+    data = json.loads((streams / "crosscheck.json").read_text())
+    data["setup"]["vllm_stream_options"] = "bench"
+    (streams / "crosscheck.json").write_text(json.dumps(data))
+    with pytest.raises(SystemExit, match="different vllm_stream_options"):
+        xc.pool([a, streams])
     with pytest.raises(SystemExit, match="no crosscheck.json"):
         xc.pool([tmp_path / "pooled"])
 
