@@ -203,6 +203,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         max_effect=args.max_effect,
         correction=args.correction,
         paired=args.paired,
+        across_methods=args.across_methods,
     )
     text = compare_markdown(result)
     print(text)

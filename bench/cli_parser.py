@@ -151,6 +151,12 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     _add_verdict_options(compare)
     compare.add_argument("--out", type=Path, help="also write the markdown here")
     compare.add_argument(
+        "--across-methods",
+        action="store_true",
+        help="judge points whose sides were measured differently (headline window, or a [run] key that changes "
+        "what a figure means: warmup_waves, stagger, prompt_reuse, prompt_ids); without it compare refuses them",
+    )
+    compare.add_argument(
         "--no-gate", action="store_true", help="exit 0 whatever the outcome (regression, inconclusive)"
     )
 

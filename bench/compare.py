@@ -21,6 +21,7 @@ from bench.errors import BenchError, ExitCode
 from bench.fmt import fmt, is_missing, md_rows
 from bench.metrics import request_latencies
 from bench.records import PointRecord, Trial
+from bench.run_options import figure_keys
 from bench.stats import CORRECTIONS, UNREACHABLE, Comparison, compare_servers, decide, per_test_alpha
 from bench.store import SweepStore
 
@@ -47,6 +48,7 @@ class PointSide:
     failures: list[str] = field(default_factory=list)  # "reason: detail" per failed start
     skipped: bool = False
     flagged: list[tuple[str, str]] = field(default_factory=list)  # (start's folder, its flags) per flagged ok start
+    methods: list[dict[str, str]] = field(default_factory=list)  # per ok start, how it was measured (`method`)
 
 
 def sweep_dirs(path: Path) -> list[Path]:
@@ -59,16 +61,32 @@ def sweep_dirs(path: Path) -> list[Path]:
     return found
 
 
+NOT_RECORDED = "not recorded"  # a [run] key the results' bench did not have yet
+
+
+def method(run: dict, rec: PointRecord) -> dict[str, str]:
+    """How a server start's figures were measured, as far as it changes what they mean: the headline's window
+    (steady span, or the whole window of an older bench) and the `[run]` keys marked as defining the figures
+    (bench.run_options.figure_keys), each as recorded in its manifest."""
+    assert rec.metrics is not None
+    out: dict[str, str] = {"headline window": rec.metrics.window}
+    for key in figure_keys():
+        out[key] = str(run[key]).lower() if key in run else NOT_RECORDED
+    return out
+
+
 def load_side(path: Path) -> dict[str, PointSide]:
     """Every point of every results directory of one side, ok or not."""
     out: dict[str, PointSide] = {}
     for sweep in sweep_dirs(path):
         store = SweepStore(sweep)
+        run = (store.manifest().get("profile") or {}).get("run") or {}
         for pid, rec in store.records().items():
             side = out.setdefault(pid, PointSide(f"{rec.label['engine']} {rec.label['shape']}"))
             if rec.status == "ok":
                 side.servers.append(_server_values(store, pid, rec))
                 side.rounds.append(sweep.name)
+                side.methods.append(method(run, rec))
                 if rec.flags:  # bench.executor._flags: what the window held that the workload did not ask for
                     side.flagged.append((sweep.name, "; ".join(str(f) for f in rec.flags)))
             elif rec.status == "skipped":
@@ -176,13 +194,24 @@ def pair_rounds(base: PointSide, cand: PointSide) -> tuple[list[dict], list[dict
     return [b[r] for r in common], [c[r] for r in common]
 
 
-def compare_dirs(baseline: Path, candidate: Path, **options) -> dict:
+def compare_dirs(baseline: Path, candidate: Path, across_methods: bool = False, **options) -> dict:
     """`judge` over the points both sides ran ok (`options`: its keyword arguments), with what failed or is
-    missing in the candidate and the throughput decomposition."""
+    missing in the candidate and the throughput decomposition. Refuses points measured by different methods
+    (`method_differences`) unless `across_methods`: then they are judged and the differences listed."""
     base, cand = load_side(baseline), load_side(candidate)
     matched = [
         p for p in sorted(set(base) & set(cand), key=lambda p: base[p].label) if base[p].servers and cand[p].servers
     ]
+    differences = method_differences(base, cand, matched)
+    if not differences.empty and not across_methods:
+        rows = differences.drop_duplicates(["key", "baseline", "candidate"])
+        said = "; ".join(f"{r.key}: baseline {r.baseline}, candidate {r.candidate}" for r in rows.itertuples())
+        raise BenchError(
+            f"the two sides were measured differently ({said}; {differences.label.nunique()} of {len(matched)} "
+            "matched points): a verdict would judge the method, not vLLM. Measure both sides with the same "
+            "profile [run] keys, or pass --across-methods to compare them anyway (the report lists the "
+            "differences)"
+        )
     if options.get("paired"):
         sides = {p: pair_rounds(base[p], cand[p]) for p in matched}
         if matched and not any(b for b, _ in sides.values()):
@@ -197,6 +226,7 @@ def compare_dirs(baseline: Path, candidate: Path, **options) -> dict:
         **result,
         "failures": failures(base, cand),
         "flagged": flagged(base, cand, matched),
+        "method_differences": differences,
         "no_baseline": no_baseline(base, cand),
         "decomposition": decompose(result["table"]),
         "baseline": str(baseline),
@@ -267,6 +297,22 @@ def flagged(base: dict[str, PointSide], cand: dict[str, PointSide], compared: li
         for start, flags in sides[p].flagged
     ]
     return pd.DataFrame(rows, columns=["point_id", "label", "side", "start", "flags"])
+
+
+def method_differences(base: dict[str, PointSide], cand: dict[str, PointSide], compared: list[str]) -> pd.DataFrame:
+    """Per compared point, each part of `method` whose value is not the same in every server start of both sides
+    (the values each side's starts recorded, joined)."""
+    rows = []
+    for p in compared:
+        starts = {"baseline": base[p].methods, "candidate": cand[p].methods}
+        keys = dict.fromkeys(k for ms in starts.values() for m in ms for k in m)
+        for key in keys:
+            seen = {name: sorted({m.get(key, NOT_RECORDED) for m in ms}) for name, ms in starts.items()}
+            if len(set(seen["baseline"]) | set(seen["candidate"])) > 1:
+                rows.append(
+                    {"point_id": p, "label": base[p].label, "key": key, **{n: " / ".join(v) for n, v in seen.items()}}
+                )
+    return pd.DataFrame(rows, columns=["point_id", "label", "key", "baseline", "candidate"])
 
 
 def decompose(table: pd.DataFrame) -> pd.DataFrame:
@@ -402,6 +448,14 @@ def compare_markdown(result: dict) -> str:
         ]
         rows = ([r.label, r.side, r.start, r.flags[:300]] for r in marked.itertuples())
         lines += [*md_rows(["point", "side", "start", "flags"], rows), ""]
+    differences = result.get("method_differences")
+    if differences is not None and not differences.empty:
+        lines += [
+            "### Measured differently (--across-methods: part of each ratio is the method's, not vLLM's)",
+            "",
+        ]
+        rows = ([r.label, r.key, r.baseline, r.candidate] for r in differences.itertuples())
+        lines += [*md_rows(["point", "measured with", "baseline", "candidate"], rows), ""]
     if t.empty:
         lines += ["No point ran ok on both sides: nothing was compared.", ""]
         return "\n".join(lines)

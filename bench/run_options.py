@@ -10,10 +10,17 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, model_validator
+from pydantic.json_schema import JsonDict
 
 from bench.schema import Strict
 
 SALT_PATTERN = r"^[^/\s]+$"  # a prompt's name joins the salt to the point id, trial... with '/' (bench.prompts)
+
+# Marks a key that changes what a point's figures measure, not only how long or how precisely: `bench compare`
+# refuses to judge two sides measured with different values of one (unless --across-methods), since the difference
+# would be the method's, not vLLM's. Keys without it (prompts, windows, seeds, timeouts) change the duration, the
+# precision or the exact prompts of a measurement, whose expected value stays the same.
+_DEFINES: JsonDict = {"defines_figures": True}
 
 
 class Run(Strict):
@@ -26,7 +33,8 @@ class Run(Strict):
     repeat: int = Field(default=1, ge=1)  # trials per point on the same server (not part of the point id)
     # How a point is measured (docs/measurement.md): a warm-up at the point's own shape, then a closed loop at the
     # point's concurrency whose steady window (all C in flight and decoding) gives the headline figures.
-    warmup_waves: int = Field(default=1, ge=0)  # warm-up waves of C requests each (at least warmup_prompts)
+    # warm-up waves of C requests each (at least warmup_prompts)
+    warmup_waves: int = Field(default=1, ge=0, json_schema_extra=_DEFINES)
     window_s: float = Field(default=0, ge=0)  # the measured closed loop sends for at least this long...
     # ...and at least num_prompts requests; then, with target_precision, until the steady throughput's 95%
     # confidence half-width (relative) is at most this, or max_window_s has passed
@@ -35,13 +43,14 @@ class Run(Strict):
     # the measured loop's first C requests are sent spread over one request's lifetime (the warm-up's median
     # latency / C apart), not all at once: requests of equal length sent together stay in lockstep without a draft
     # (their prefills batched) and drift apart with one, which changes what the comparison measures
-    stagger: bool = True
+    stagger: bool = Field(default=True, json_schema_extra=_DEFINES)
     remeasure: int = Field(default=1, ge=0)  # a window with a compile, a preemption... inside is measured again
-    prompt_reuse: bool = False  # true: points of one input length share prompts (bench.prompts); else all fresh
+    # true: points of one input length share prompts (bench.prompts); else all fresh
+    prompt_reuse: bool = Field(default=False, json_schema_extra=_DEFINES)
     # how a random-id prompt's token ids are drawn (bench.loadgen.make_prompt): "uniform", each id independently
     # (the suite's own); "consecutive", a run of consecutive allowed ids from a random start, the sequence that
     # `vllm bench serve --dataset-name random` builds before it decodes and re-encodes it (for comparing clients)
-    prompt_ids: Literal["uniform", "consecutive"] = "uniform"
+    prompt_ids: Literal["uniform", "consecutive"] = Field(default="uniform", json_schema_extra=_DEFINES)
     # reproduce a run's prompts: its manifest's prompt_salt (default: a new one; `sweep --prompt-salt` sets it too)
     prompt_salt: str | None = Field(default=None, pattern=SALT_PATTERN)
 
@@ -59,3 +68,12 @@ class Run(Strict):
                 "(window_s, target_precision; docs/measurement.md)"
             )
         return data
+
+
+def figure_keys() -> list[str]:
+    """The `[run]` keys that change what a point's figures measure (marked with _DEFINES above)."""
+    return [
+        k
+        for k, f in Run.model_fields.items()
+        if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("defines_figures")
+    ]

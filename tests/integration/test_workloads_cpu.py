@@ -24,6 +24,7 @@ import pytest
 from scipy import stats
 
 from bench.compare import compare_dirs
+from bench.errors import BenchError
 from bench.hardware import detect_machine
 from bench.launch import TEXT_SERVER_ENV, server_spec
 from bench.patching import apply_series, locate_vllm
@@ -195,5 +196,9 @@ def test_records_match_the_committed_sweep(loaded):
             (c,) = mine["categories"]
             assert [c["num_drafts"], c["num_accepted_tokens"]] == theirs_total and c["acceptance_source"] == "window"
         assert {c["acceptance_source"] for c in theirs["categories"]} == {"per-request"}
-    table = compare_dirs(EXAMPLE, ours.root)["table"]
+    with pytest.raises(BenchError, match="measured differently .*stagger: baseline not recorded, candidate true"):
+        compare_dirs(EXAMPLE, ours.root)  # the example predates the steady window: the method differs, not vLLM
+    result = compare_dirs(EXAMPLE, ours.root, across_methods=True)
+    assert {"stagger", "warmup_waves"} <= set(result["method_differences"].key)
+    table = result["table"]
     assert len(table) == 4 * 6 and set(table.point_id) == set(example.points())

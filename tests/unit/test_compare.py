@@ -10,6 +10,7 @@ from scipy.stats import mannwhitneyu
 from bench.cli import main
 from bench.compare import compare_dirs, compare_markdown, outcome, regressions
 from bench.errors import BenchError, ExitCode
+from bench.run_options import Run
 from bench.stats import (
     CPU_AA_BETWEEN_CV,
     compare_servers,
@@ -23,12 +24,14 @@ from bench.store import SweepStore
 LABEL = {"engine": "CPU_MLA/auto dcp1 k3", "shape": "4x8x29"}
 
 
-def write_start(root: Path, throughputs: list[float], tpot_ms: float, rng, point_id="p1", status="ok") -> Path:
-    """One results directory = one server start: one point, one trial per throughput, 16 requests per trial."""
+def write_start(
+    root: Path, throughputs: list[float], tpot_ms: float, rng, point_id="p1", status="ok", run=None, window="whole"
+) -> Path:
+    """One results directory = one server start: one point, one trial per throughput, 16 requests per trial;
+    `run` is the profile's [run] table in its manifest, `window` the headline's window."""
     store = SweepStore(root)
-    store.write_manifest(
-        {"created": "t", "profile": {"name": "synthetic"}, "plan": [], "counts": {}, "environment": {}}
-    )
+    profile = {"name": "synthetic", **({"run": run} if run is not None else {})}
+    store.write_manifest({"created": "t", "profile": profile, "plan": [], "counts": {}, "environment": {}})
     if status != "ok":
         store.save_point(
             {
@@ -79,7 +82,7 @@ def write_start(root: Path, throughputs: list[float], tpot_ms: float, rng, point
             "status": "ok",
             "config": {"engine": {}, "shape": {}},
             "label": LABEL,
-            "metrics": {},
+            "metrics": {"window": window},
             "spec_decode": {},
             "trials": trials,
         }
@@ -258,3 +261,36 @@ def test_ab_calibrate_with_a_candidate_is_refused(tmp_path, capsys):
     args = ["ab", "tiny", "--baseline", sys.executable, "--candidate", sys.executable, "--calibrate"]
     assert main([*args, "--candidate-env", "BENCH_STEP_DELAY_MS=5", "--out", str(out)]) == 1 and not out.exists()
     assert "ab --calibrate runs an A/A of the baseline" in capsys.readouterr().err
+
+
+def test_sides_measured_differently_are_refused_unless_asked_and_then_listed(tmp_path, rng, capsys):
+    """Found in review (stop 34): `[run] prompt_ids` is a run option, not part of the point id, and compare matched
+    points measured with different prompt styles without a word. Now every key marked as defining the figures
+    (bench.run_options.figure_keys) and the headline's window must match across every start of both sides."""
+    run = Run().model_dump()
+    base = tmp_path / "a"
+    for r, x in enumerate(rng.normal(1000, 2, 5)):
+        write_start(base / f"round-{r}", [x], 10.0, rng, run=run)
+    cand = tmp_path / "b"
+    for r, x in enumerate(rng.normal(1000, 2, 5)):
+        mixed = {**run, "prompt_ids": "consecutive"} if r == 4 else run  # one start of five is enough to refuse
+        write_start(cand / f"round-{r}", [x], 10.0, rng, run=mixed, window="steady" if r == 0 else "whole")
+    with pytest.raises(BenchError, match="prompt_ids: baseline uniform, candidate consecutive / uniform") as exc:
+        compare_dirs(base, cand)
+    assert "headline window: baseline whole, candidate steady / whole" in str(exc.value)
+    assert main(["compare", str(base), str(cand)]) == ExitCode.USER_ERROR
+    assert "--across-methods" in capsys.readouterr().err
+    result = compare_dirs(base, cand, across_methods=True)
+    assert sorted(result["method_differences"].key) == ["headline window", "prompt_ids"]
+    assert "### Measured differently (--across-methods" in compare_markdown(result)
+    assert main(["compare", str(base), str(cand), "--across-methods"]) == ExitCode.OK
+    # the same method on both sides, and keys that only change duration or precision, compare as before
+    longer = {**run, "num_prompts": 64, "window_s": 30.0, "prompt_salt": "x"}
+    same = write_side(tmp_path / "c", [[x] for x in rng.normal(1000, 2, 5)], 10.0, rng, run=longer)
+    assert compare_dirs(base, same)["method_differences"].empty
+    # results of a bench before a key existed: "not recorded", a difference too (the older bench may have measured
+    # otherwise); the flag still compares them
+    old = {k: v for k, v in run.items() if k != "stagger"}
+    older = write_side(tmp_path / "d", [[x] for x in rng.normal(1000, 2, 5)], 10.0, rng, run=old)
+    with pytest.raises(BenchError, match="stagger: baseline not recorded, candidate true"):
+        compare_dirs(older, base)
