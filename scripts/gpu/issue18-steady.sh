@@ -21,6 +21,13 @@ python -m bench patch status > "$OUT/patch-status.txt"
 nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
   --format=csv,noheader -l 1 >> /tmp/res/gpu-telemetry.csv &
 smi=$!
+# the host beside it, once a second: /proc/stat's cpu line (jiffies: user nice system idle iowait irq softirq steal;
+# steal is time the hypervisor gave this VM's CPUs to another) and the mean CPU clock, to tell a slower host from a
+# slower GPU when a server's speed moves at fixed GPU clocks (reports/examples/kimi-rank-h100-crosscheck)
+( while sleep 1; do
+    echo "$(date +%s.%N),$(head -1 /proc/stat | cut -c6-),$(awk '/MHz/ {s += $4; n++} END {printf "%.0f", s / n}' /proc/cpuinfo)"
+  done >> /tmp/res/host-telemetry.csv ) &
+host=$!
 points_of() {  # point ids of the engine labels (';'-separated) and shapes (','-separated), in the order given
   python - "$prof" "$1" "$2" <<'PY'
 import sys
@@ -55,6 +62,6 @@ for step in "$@"; do
         | grep -vE "^\[?(INFO|DEBUG)" | tee -a "$OUT/crosscheck.log" | tail -30 ;;
   esac
 done
-kill $smi 2>/dev/null
+kill $smi $host 2>/dev/null
 tar czf "$OUT/steady.tgz" --exclude="*/run" -C /tmp res
 ls /tmp/res/*/points 2>/dev/null | head -50
