@@ -1200,6 +1200,7 @@ def main(argv: list[str] | None = None) -> int:
             entry: dict = {"round": r, "order": list(order(r))}
             seed = args.seed + r
             for client in entry["order"]:
+                started = time.time()  # wall clock: joins a run to telemetry (benchmarks/run_telemetry.py)
                 if client == "bench":
                     d = out / f"bench-{r}"
                     profile = write_profile(f"bench-{r}", shape=shape, warmup_prompts=warmup, seed=seed)
@@ -1227,7 +1228,15 @@ def main(argv: list[str] | None = None) -> int:
                         wall = run_logged(cmd, out / f"vllm-{r}.log", on_line=(MAIN_RUN, served.start))
                     served.stop()
                     fig = {**parse_vllm(json.loads((d / "result.json").read_text())), **served.result}
-                entry[client] = {**fig, "seed": seed, "dir": d.name, "wall_s": wall, **meter.result}
+                entry[client] = {
+                    **fig,
+                    "seed": seed,
+                    "dir": d.name,
+                    "wall_s": wall,
+                    "started_unix": started,
+                    "ended_unix": time.time(),
+                    **meter.result,
+                }
                 entry[client + "_argv"] = cmd
                 _log(
                     f"round {r} {client}: {_fmt(fig['output_tok_s'], '.1f')} tok/s ({fig['window']}), TPOT mean "

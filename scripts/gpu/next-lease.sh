@@ -25,6 +25,9 @@ calls() { ls -d /tmp/res/crosscheck-call-* 2>/dev/null | wc -l; }
 n=$(($(calls) + 1))
 if [ "$n" -le 3 ] && [ "$(left)" -ge 300 ]; then
   X_PROMPTS=112 X_ROUNDS=8 X_DIR=crosscheck-call-$n bash scripts/gpu/issue18-steady.sh "$(left)" x
+  # what the GPU and the host did during each run (the H100's 18% speed shift between rounds is unexplained)
+  python benchmarks/run_telemetry.py /tmp/res/crosscheck-call-$n 2>&1 | tee /tmp/res/crosscheck-call-$n/telemetry.md \
+    | tail -4
 fi
 if [ "$(calls)" -gt 0 ]; then  # every call's rounds so far, judged together (exit 6 while inconclusive)
   rm -rf /tmp/res/crosscheck-pooled
