@@ -4,7 +4,7 @@
 # call of a lease runs this same command; each task resumes where the last call stopped or is skipped once done
 # (results stay in /tmp/res, every call sends back $OUT/steady.tgz), so a finished task costs nothing.
 #   1. issue 18: the client cross-check with as many rounds as each call holds (X_ROUNDS=8: a round is started only
-#      while 1.2 x the longest still fits), 112 requests a run (windows of ~33 s on the H200), one server per call in
+#      while 1.2 x the longest still fits), 112 requests a run (windows of ~33 s on the H200; X_PROMPTS sets it), one server per call in
 #      /tmp/res/crosscheck-call-N (N = 1, 2, 3: a cold start, 250 s, leaves room for 2 rounds; a warm one, ~85 s, for
 #      4), then every call's rounds judged together in /tmp/res/crosscheck-pooled (client_crosscheck.py --pool). The
 #      H100 lease (reports/examples/kimi-rank-h100-crosscheck) found the server's speed moving ~18% between rounds,
@@ -24,7 +24,7 @@ left() { echo $((budget - SECONDS)); }
 calls() { ls -d /tmp/res/crosscheck-call-* 2>/dev/null | wc -l; }
 n=$(($(calls) + 1))
 if [ "$n" -le 3 ] && [ "$(left)" -ge 300 ]; then
-  X_PROMPTS=112 X_ROUNDS=8 X_DIR=crosscheck-call-$n bash scripts/gpu/issue18-steady.sh "$(left)" x
+  X_PROMPTS=${X_PROMPTS:-112} X_ROUNDS=8 X_DIR=crosscheck-call-$n bash scripts/gpu/issue18-steady.sh "$(left)" x
   # what the GPU and the host did during each run (the H100's 18% speed shift between rounds is unexplained)
   python benchmarks/run_telemetry.py /tmp/res/crosscheck-call-$n 2>&1 | tee /tmp/res/crosscheck-call-$n/telemetry.md \
     | tail -4
