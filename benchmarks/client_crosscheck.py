@@ -825,12 +825,19 @@ def pool(dirs: Sequence[Path], tolerance: float = TOLERANCE) -> dict:
     server it ran on. Figures as each crosscheck.json has them (rebuild first to re-read the records). Acceptance
     is not pooled: a fresh server repeats its seeded draw (docs/measurement.md)."""
     sources, rounds = [], []
+    seen: dict[str, Path] = {}  # each cross-check's rounds as JSON -> its folder: a round counts once
     for d in dirs:
         path = d / "crosscheck.json"
         if not path.exists():
             raise SystemExit(f"{d}: no crosscheck.json to pool")
         data = json.loads(path.read_text())
-        setup = {key: data["setup"].get(key, default) for key, default in POOLED_SETUP.items()}
+        key = json.dumps(data["rounds"], sort_keys=True)
+        if key in seen:
+            raise SystemExit(f"{d}: the same rounds as {seen[key]} (the same folder twice, or a copy of it)")
+        seen[key] = d
+        # a key the cross-check's bench did not record, or recorded as null (vllm_stream_options before the option
+        # existed), had its default then
+        setup = {key: _or(data["setup"].get(key), default) for key, default in POOLED_SETUP.items()}
         sources.append({"dir": str(d), **setup, "rounds": len(data["rounds"])})
         rounds += [{**r, "source": str(d)} for r in data["rounds"]]
     for key in POOLED_SETUP:
@@ -839,6 +846,10 @@ def pool(dirs: Sequence[Path], tolerance: float = TOLERANCE) -> dict:
             raise SystemExit(f"cannot pool cross-checks of different {key}: {', '.join(values)}")
     summary = {view: ratios(rounds, view) for view in VIEWS}
     return {"sources": sources, "rounds": rounds, "summary": summary, "verdict": verdict(rounds, tolerance)}
+
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
 
 
 def pooled_markdown(data: dict) -> str:

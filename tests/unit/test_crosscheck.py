@@ -564,6 +564,17 @@ def test_pool_judges_the_rounds_of_several_servers_together(xc, tmp_path):
     (streams / "crosscheck.json").write_text(json.dumps(data))
     with pytest.raises(SystemExit, match="different vllm_stream_options"):
         xc.pool([a, streams])
+    # found when pooling with the committed H100 cross-check: recorded before the option, it says null, which is
+    # vLLM's own stream options, as a new cross-check's "own" is
+    data["setup"]["vllm_stream_options"] = None
+    (streams / "crosscheck.json").write_text(json.dumps(data))
+    own = write("own-streams", [(100.0, 100.0)])
+    data = json.loads((own / "crosscheck.json").read_text())
+    data["setup"]["vllm_stream_options"] = "own"
+    (own / "crosscheck.json").write_text(json.dumps(data))
+    assert len(xc.pool([streams, own])["rounds"]) == 2
+    with pytest.raises(SystemExit, match="the same rounds as"):  # found in use: X X pooled its rounds twice
+        xc.pool([a, b, a])
     with pytest.raises(SystemExit, match="no crosscheck.json"):
         xc.pool([tmp_path / "pooled"])
 
