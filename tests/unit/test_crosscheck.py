@@ -568,7 +568,7 @@ def test_pool_judges_the_rounds_of_several_servers_together(xc, tmp_path):
     # vLLM's own stream options, as a new cross-check's "own" is
     data["setup"]["vllm_stream_options"] = None
     (streams / "crosscheck.json").write_text(json.dumps(data))
-    own = write("own-streams", [(100.0, 100.0)])
+    own = write("own-streams", [(100.0, 100.5)])
     data = json.loads((own / "crosscheck.json").read_text())
     data["setup"]["vllm_stream_options"] = "own"
     (own / "crosscheck.json").write_text(json.dumps(data))
