@@ -76,7 +76,7 @@ def gpu_during(samples: list[dict], start: float, end: float) -> dict:
         values = [s[col] for s in inside if s[col] is not None]
         out[col] = float(np.mean(values)) if values else None
     reasons = sorted({s["throttle"] for s in inside} - {"0x0000000000000000"})
-    out["throttle"] = " ".join(reasons) if reasons else "none"
+    out["throttle"] = (" ".join(reasons) if reasons else "none") if inside else ""
     return out
 
 
