@@ -305,9 +305,8 @@ def method_differences(base: dict[str, PointSide], cand: dict[str, PointSide], c
     rows = []
     for p in compared:
         starts = {"baseline": base[p].methods, "candidate": cand[p].methods}
-        keys = dict.fromkeys(k for ms in starts.values() for m in ms for k in m)
-        for key in keys:
-            seen = {name: sorted({m.get(key, NOT_RECORDED) for m in ms}) for name, ms in starts.items()}
+        for key in base[p].methods[0]:  # `method` gives every start the same keys
+            seen = {name: sorted({m[key] for m in ms}) for name, ms in starts.items()}
             if len(set(seen["baseline"]) | set(seen["candidate"])) > 1:
                 rows.append(
                     {"point_id": p, "label": base[p].label, "key": key, **{n: " / ".join(v) for n, v in seen.items()}}

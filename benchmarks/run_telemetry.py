@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.fmt import md_rows
+from bench.fmt import fmt, md_rows
 
 # /proc/stat's cpu line, in order (proc(5)); guest time is already counted in user
 STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
@@ -148,7 +148,7 @@ def correlations(rows: list[dict], target: str = "step p50 ms") -> dict[str, flo
 
 def markdown(rows: list[dict]) -> str:
     def f(v, spec=".1f"):
-        return "" if v is None else format(v, spec)
+        return fmt(v, spec, missing="")
 
     head = ["round", "client", "output tok/s", "step p50 ms", *GPU_COLUMNS, "throttle", "busy %", "steal %"]
     head += ["iowait %", "CPU MHz", "samples (gpu/host)"]
