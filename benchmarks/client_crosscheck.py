@@ -434,7 +434,7 @@ def verdict_text(result: dict) -> str:
         return ""
     rows = []
     for key, a in v["metrics"].items():
-        ci = f"{_fmt(a['low'], '.3f')}-{_fmt(a['high'], '.3f')}" if a["low"] is not None else "-"
+        ci = f"[{_fmt(a['low'], '.3f')}, {_fmt(a['high'], '.3f')}]" if a["low"] is not None else "-"
         rows.append([JUDGED[key], str(a["rounds"]), _fmt(a["mean"], ".3f"), ci, a["verdict"]])
         rows[-1].append(_fmt(a["rounds_needed"], "d") if a["rounds_needed"] is not None else "")
     tol = f"{v['tolerance']:.0%}"

@@ -269,7 +269,7 @@ def test_verdict_over_the_judged_ratios_and_its_exit_code(xc):
     }
     text = xc.verdict_text({"verdict": xc.verdict(rounds([1.0, 1.1], [1.0, 0.99]), 0.03)})
     assert "**inconclusive** (exit code 6)" in text
-    assert "| output tok/s, bench / vllm | 2 | 1.050 | 0.415-1.685 | inconclusive |  |" in text
+    assert "| output tok/s, bench / vllm | 2 | 1.050 | [0.415, 1.685] | inconclusive |  |" in text
     assert xc.verdict_text({}) == ""
 
 
