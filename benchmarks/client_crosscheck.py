@@ -447,7 +447,28 @@ def verdict_text(result: dict) -> str:
         f"server's own timing of the same requests (bench: its whole window), which no drift touches."
     )
     headers = ["metric", "rounds", "ratio mean", f"{v['confidence']:.0%} interval", "verdict", "rounds needed"]
-    return "\n".join(["## Verdict", "", head, "", *md_rows(headers, rows), ""])
+    where = where_the_gap_is(v)
+    return "\n".join(["## Verdict", "", head, "", *md_rows(headers, rows), "", *([where, ""] if where else [])])
+
+
+def where_the_gap_is(v: dict) -> str:
+    """Where the clients' readings part, by the timing verdicts: a client whose TPOT differs from vLLM's own timing
+    of its requests mismeasures; clients that both agree with it read the server alike, so a load ratio not judged
+    'agree' strays from 1 through the server serving the two runs differently. '' where neither holds."""
+    m = v["metrics"]
+    timing = {key: m[key]["verdict"] for key in ("bench_timing", "vllm_timing")}
+    off = [JUDGED[key] for key, verdict in timing.items() if verdict == "differ"]
+    if off:
+        return f"**A client mismeasures**: {'; '.join(off)} differs from 1 (an instrument error, not the server)."
+    load = ("output_tok_s", "tpot_mean_ms")
+    if set(timing.values()) == {"agree"} and any(m[key]["verdict"] != "agree" for key in load):
+        means = "; ".join(f"{JUDGED[key]} {_fmt(m[key]['mean'], '.3f')}" for key in load)
+        return (
+            f"**The clients read the server alike**: each client's TPOT agrees with vLLM's own timing of its "
+            f"requests, so where the load ratios ({means}) stray from 1 it is the server serving the two runs "
+            f"differently (its speed moving between runs, or the two request streams), not the clients' clocks."
+        )
+    return ""
 
 
 def _acceptance_side(figs: Sequence[dict]) -> dict | None:

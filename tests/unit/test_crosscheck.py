@@ -271,6 +271,16 @@ def test_verdict_over_the_judged_ratios_and_its_exit_code(xc):
     assert "**inconclusive** (exit code 6)" in text
     assert "| output tok/s, bench / vllm | 2 | 1.050 | [0.415, 1.685] | inconclusive |  |" in text
     assert xc.verdict_text({}) == ""
+    # both clients time the server as it times itself and the load ratios do not agree: the server served them apart
+    servers = xc.verdict(rounds([1.0, 1.01, 0.995], [1.03, 1.04, 1.02]), 0.03)
+    assert servers["verdict"] == "inconclusive"
+    assert "**The clients read the server alike**" in xc.verdict_text({"verdict": servers})
+    assert "TPOT mean, bench / vllm 1.030" in xc.where_the_gap_is(servers)
+    # a client 10% off the server's timing of its own requests mismeasures, whatever the load ratios
+    off = xc.verdict(rounds([1.0, 1.01, 0.995], [1.0, 0.99, 1.0], (1.1, 1.1, 1.1)), 0.03)
+    assert xc.where_the_gap_is(off).startswith("**A client mismeasures**: TPOT mean, bench / vLLM-timed")
+    assert xc.where_the_gap_is(agree) == ""  # all agree: nothing to place
+    assert xc.where_the_gap_is(unknown) == ""  # vLLM's timing of one client unknown: cannot say
 
 
 def test_a_budget_cut_run_says_how_many_rounds_ran_and_why(xc):
