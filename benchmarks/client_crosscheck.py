@@ -661,7 +661,7 @@ def derive_profile(
     [when.*] table (which would otherwise win over the base)."""
     out = json.loads(json.dumps(data))  # a deep copy of plain TOML data
     # stagger off: vllm bench serve sends its first C requests at once, and so does bench here (like with like)
-    run = {"num_prompts": num_prompts, "seed": seed, "repeat": 1, "stagger": False}
+    run: dict[str, Any] = {"num_prompts": num_prompts, "seed": seed, "repeat": 1, "stagger": False}
     if prompt_ids != "uniform":
         run["prompt_ids"] = prompt_ids
     if warmup_prompts is not None:
