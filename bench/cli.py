@@ -67,6 +67,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         ray_same_nodes=args.ray_same_nodes,
         time_budget_s=args.time_budget,
         prompt_salt=args.prompt_salt,
+        starts=args.starts,
     )
     if args.dry_run:
         print(dry_run(request))
@@ -113,12 +114,23 @@ def cmd_load(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from bench.report.build import build_report
 
-    if args.recompute:
+    if args.recompute and (args.sweep_dir / "manifest.json").exists():
         from bench.recompute import recompute
 
         print(f"recomputed {len(recompute(args.sweep_dir))} point(s) from their raw records")
-    for name, path in build_report(args.sweep_dir, args.out).items():
-        print(f"{name}: {path}")
+    from bench.report.starts import build_starts_report, start_dirs
+
+    starts = start_dirs(args.sweep_dir) if not (args.sweep_dir / "manifest.json").exists() else []
+    for sweep_dir in starts or [args.sweep_dir]:  # a folder of starts (sweep --starts): each start, then starts.md
+        if args.recompute and starts:
+            from bench.recompute import recompute
+
+            print(f"{sweep_dir.name}: recomputed {len(recompute(sweep_dir))} point(s) from their raw records")
+        for name, path in build_report(sweep_dir, None if starts else args.out).items():
+            print(f"{name}: {path}")
+    if starts:
+        for name, path in build_starts_report(args.sweep_dir).items():
+            print(f"{name}: {path}")
     return 0
 
 

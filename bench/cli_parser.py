@@ -68,7 +68,19 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     )
     sweep.add_argument("--points", help="only these points: ids or id prefixes, comma-separated (see --dry-run)")
     sweep.add_argument("--quiet", action="store_true", help="no progress lines")
-    sweep.add_argument("--repeat", type=int, help="trials per point (default: the profile's run.repeat)")
+    sweep.add_argument(
+        "--repeat",
+        type=int,
+        help="blocks (trials) per point, each restarted at its own random phase (default: the profile's run.repeat, 3)",
+    )
+    sweep.add_argument(
+        "--starts",
+        type=int,
+        metavar="N",
+        help="measure every point on N server starts (OUT/start-k; engine order reversed every second start) and "
+        "write OUT/starts.md: each point's estimate and interval over starts, whether the starts agree within their "
+        "stated precision, its noise budget, speedups paired by start (default: the profile's run.starts, 1)",
+    )
     sweep.add_argument(
         "--prompt-salt",
         help="name every prompt with this salt instead of a new one (a manifest's prompt_salt: the same prompts "

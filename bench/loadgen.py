@@ -389,21 +389,21 @@ class ClosedLoop:
     """A closed loop at constant concurrency: `concurrency` requests in flight, a fresh prompt sent as each one
     finishes. `prompt(phase, i)` makes request i's prompt of a phase ("warmup" or "measure"); the warm-up sends
     `warmup` requests; the measured phase sends while `more(i, load)` says so (i: the requests sent so far in it;
-    `load` has the chunk arrivals so far, for a precision-driven stop). `stagger(warmup_records)` gives the
-    seconds between the measured phase's first C sends (worker j starts j x that late), so that the requests'
-    phases are spread over one request's lifetime instead of moving in lockstep (docs/measurement.md)."""
+    `load` has the chunk arrivals so far, for a precision-driven stop). `stagger(warmup_records)` gives each
+    worker's delay before its first measured send (worker j waits offsets[j] s), so that the requests' phases are
+    spread over one request's lifetime instead of moving in lockstep (docs/measurement.md)."""
 
     concurrency: int
     max_tokens: int
     warmup: int
     prompt: Callable[[str, int], list[int]]
     more: Callable[[int, _Load], bool]
-    stagger: Callable[[list[RequestRecord]], float] = lambda _warmup: 0.0
+    stagger: Callable[[list[RequestRecord]], Sequence[float]] = lambda _warmup: ()
 
 
-async def _loop(load: _Load, loop: ClosedLoop, phase: str, send_unit, offset_s: float = 0.0) -> None:
+async def _loop(load: _Load, loop: ClosedLoop, phase: str, send_unit, offsets: Sequence[float] = ()) -> None:
     """`loop.concurrency` workers, each sending one request after another until the phase is over; worker j
-    sends its first request j x `offset_s` after the phase starts."""
+    sends its first request offsets[j] s after the phase starts (at once without one)."""
     sent = 0
 
     def next_index() -> int | None:
@@ -418,8 +418,8 @@ async def _loop(load: _Load, loop: ClosedLoop, phase: str, send_unit, offset_s: 
     async with aiohttp.ClientSession(connector=connector) as session:
 
         async def worker(j: int) -> None:
-            if j and offset_s > 0:
-                await asyncio.sleep(j * offset_s)
+            if j < len(offsets) and offsets[j] > 0:
+                await asyncio.sleep(offsets[j])
             while (i := next_index()) is not None:
                 await send_unit(session, phase, i, j)
 
@@ -459,8 +459,8 @@ def run_closed_loop(
         await asyncio.get_running_loop().run_in_executor(None, on_measure_start)  # it scrapes /metrics
         load.token_times.clear()
         load.token_counts.clear()
-        offset = loop.stagger([r for r in records if r.phase == "warmup"])
-        await _loop(load, loop, "measure", send_unit, offset)
+        offsets = loop.stagger([r for r in records if r.phase == "warmup"])
+        await _loop(load, loop, "measure", send_unit, offsets)
 
     asyncio.run(_guarded(load, phases(), stall_s, check_alive))
     return records

@@ -335,6 +335,12 @@ def _steady_headline(measured: list[dict], steady: dict, whole: dict) -> dict:
             "requests_finished": len(done),
             "ttft_window": "steady" if own_ttft else "whole",
             "stalls": steady["stalls"],
+            "span_throughput": steady["span_throughput"],
+            "cycles": steady["cycles"],
+            "short": steady["short"],
+            "cycle_windows": steady["cycle_windows"],
+            "cycle_s": steady["cycle_s"],
+            "cycle_tokens": steady["cycle_tokens"],
         },
     }
 

@@ -45,11 +45,14 @@ class Precision(Open):
     """bench.window.precision: relative 95% half-widths over sub-windows of the steady span."""
 
     confidence: float | None = None
-    sub_windows: int | None = None
+    unit: Literal["block", "sub-window"] | None = None  # None: a record from before the whole-cycle headline
+    sub_windows: int | None = None  # the units the interval is computed over (blocks or sub-windows)
     output_throughput_cv: float | None = None
     output_throughput_halfwidth: float | None = None
     tpot_cv: float | None = None
     tpot_halfwidth: float | None = None
+    within_block_cv: float | None = None  # sub-windows about their own block's rate
+    between_block_cv: float | None = None  # blocks (trials, each at its own phase) about the headline
 
 
 class Steady(Open):
@@ -61,6 +64,14 @@ class Steady(Open):
     requests_sent: int | None = None
     requests_finished: int | None = None
     spans: list[list[float]] = []
+    # The headline's whole cycles (bench.window): how many, their windows (one per block), seconds and tokens; the
+    # spans' own rate beside it. `short`: fewer than 3 whole cycles, no precision stated, never a report's best.
+    cycles: int | None = None
+    short: bool = False
+    cycle_windows: list[list[float]] = []
+    cycle_s: float | None = None
+    cycle_tokens: int | None = None
+    span_throughput: float | None = None
 
 
 class WindowFigures(Open):

@@ -30,7 +30,13 @@ class Run(Strict):
     startup_timeout_s: float = Field(default=600, gt=0)
     stall_timeout_s: float = Field(default=120, gt=0)  # no streamed token for this long = hang
     request_timeout_s: float = Field(default=600, gt=0)
-    repeat: int = Field(default=1, ge=1)  # trials per point on the same server (not part of the point id)
+    # blocks (trials) per point on the same server, each drained and restarted at its own random phase
+    # (bench.trial.stagger_offsets); from 3 on, a point's precision takes the blocks as its units, so that it holds
+    # the loop's phase (bench.window.precision)
+    repeat: int = Field(default=3, ge=1)
+    # server starts: `bench sweep` measures every point on this many starts of its server (OUT/start-k, the engine
+    # order reversed on every second), and starts.md says what they give together (bench.report.starts)
+    starts: int = Field(default=1, ge=1)
     # How a point is measured (docs/measurement.md): a warm-up at the point's own shape, then a closed loop at the
     # point's concurrency whose steady window (all C in flight and decoding) gives the headline figures.
     # warm-up waves of C requests each (at least warmup_prompts)

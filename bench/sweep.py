@@ -14,7 +14,7 @@ import logging
 import signal
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -69,6 +69,7 @@ class SweepRequest:
     ray_same_nodes: Path | None = None  # with ray: each engine config on the node that ran it in this results dir
     time_budget_s: float | None = None  # seconds this run may take (SweepOptions.time_budget_s)
     prompt_salt: str | None = None  # names every prompt instead of a new salt (bench.prompts; `ab` shares a round's)
+    starts: int | None = None  # server starts per engine config instead of the profile's [run] starts
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,9 @@ def sweep(request: SweepRequest) -> SweepOutcome:
         ray_pins=pins,
         time_budget_s=request.time_budget_s,
     )
+    starts = request.starts or plan.profile.run.starts
+    if starts > 1:
+        return _sweep_starts(plan, Path(out), options, starts)
     store = run_sweep(plan, out, options)
     done = store.records()
     records = done.values()
@@ -123,6 +127,44 @@ def sweep(request: SweepRequest) -> SweepOutcome:
     problem = capture_problem(capture.outputs, measured) if capture else None
     left = sum(1 for p in plan.runnable if p.id not in done)
     return SweepOutcome(store.root, build_report_safely(store.root), counts, capture_error=problem, left=left)
+
+
+def _sweep_starts(plan: Plan, out: Path, options: SweepOptions, starts: int) -> SweepOutcome:
+    """The plan on `starts` server starts of every engine config, into out/start-1 ... start-N: start k runs the
+    engine configs in the plan's order, reversed on every second start (each config then meets the machine early
+    and late), each start with its own prompt salt unless the profile pins one; a point's estimate over the starts
+    is in out/starts.md (bench.report.starts). A resumed run resumes the starts it has and runs the rest."""
+    if options.capture is not None or options.ray is not None:
+        raise BenchError("--starts runs on this machine without --profile-points or --ray: run those per start")
+    if options.time_budget_s is not None:
+        raise BenchError("--starts with --time-budget: give each start its own run (--starts 1 --out .../start-k)")
+    out.mkdir(parents=True, exist_ok=True)
+    counts = {"ok": 0, "failed": 0, "skipped": 0}
+    left = 0
+    for k in range(1, starts + 1):
+        order = plan.groups if k % 2 else list(reversed(plan.groups))
+        root = out / f"start-{k}"
+        done_before = (root / "manifest.json").exists()
+        if done_before and not options.resume:
+            raise BenchError(f"{root} already holds a start: pass --resume to continue, or another --out")
+        log.info("start %d of %d -> %s", k, starts, root)
+        store = run_sweep(replace(plan, groups=order), root, replace(options, resume=done_before))
+        records = store.records()
+        for p in records.values():
+            counts[p.status] = counts.get(p.status, 0) + 1
+        left += sum(1 for p in plan.runnable if p.id not in records)
+        build_report_safely(root)
+    return SweepOutcome(out, build_starts_safely(out), counts, left=left)
+
+
+def build_starts_safely(root: Path) -> Path | None:
+    from bench.report.starts import build_starts_report
+
+    try:  # the starts' results are stored whatever happens here; `bench report DIR` rebuilds it
+        return build_starts_report(root)["starts_md"]
+    except Exception as exc:
+        log.exception("building the starts report failed: %s", exc)
+        return None
 
 
 def _pins(request: SweepRequest) -> dict[str, str]:

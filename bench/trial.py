@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import statistics
 import time
 from collections.abc import Sequence
@@ -65,8 +66,9 @@ class TrialContext:
     vocab: Sequence[int]
     salt: str
     capture: Capture | None = None
-    # per point: one request's lifetime at its shape (the warm-up's median), for the later trials' staggered start
+    # per point: one request's lifetime at its shape (the warm-up's median, then the last block's loaded one), for the staggered start
     lifetimes: dict[str, float] = field(default_factory=dict)
+    lifetime_from: dict[str, str] = field(default_factory=dict)  # per point: "warm-up" or "block N"
     deadline: float | None = None  # time.perf_counter's value at which the sweep's time budget ends (WindowRule)
 
 
@@ -236,23 +238,48 @@ def _random_load(tc: TrialContext, point: Point, number: int, attempt: int, mark
     rule = W.WindowRule(
         point.num_prompts, concurrency, run.window_s, run.target_precision, run.max_window_s, deadline=tc.deadline
     )
-    used: dict[str, float] = {}
+    used: dict[str, Any] = {}
 
-    def stagger(warmup_rows: list[RequestRecord]) -> float:
-        """Seconds between the first C sends: one request's lifetime (the warm-up's median latency, else an
-        earlier trial's) over C; 0 when off or unknown."""
+    def stagger(warmup_rows: list[RequestRecord]) -> list[float]:
+        """Each slot's delay before its first measured send (stagger_offsets): spread over one request's lifetime,
+        the previous block's loaded one, or for the first block the warm-up's median latency; none when off or
+        unknown."""
         done = [r.end_time - r.send_time for r in warmup_rows if r.status == "ok" and r.end_time is not None]
-        if done:
+        if done and point.id not in tc.lifetimes:
             tc.lifetimes[point.id] = float(statistics.median(done))
+            tc.lifetime_from[point.id] = "warm-up"
         lifetime = tc.lifetimes.get(point.id)
         if lifetime:  # what a window cut by the deadline leaves the requests in flight, with slack for the load
             rule.drain_s = max(1.5 * lifetime, 5.0)
-        used["stagger_s"] = lifetime / concurrency if run.stagger and lifetime and concurrency > 1 else 0.0
-        return used["stagger_s"]
+        on = bool(run.stagger and lifetime and concurrency > 1)
+        offsets = stagger_offsets(concurrency, lifetime or 0.0, stagger_seed(tc.salt, point, number, attempt))
+        used["stagger_s"] = lifetime / concurrency if on and lifetime else 0.0
+        used["stagger_offsets"] = offsets if on else []
+        used["lifetime_s"], used["lifetime_from"] = lifetime, tc.lifetime_from.get(point.id)
+        return offsets if on else []
 
     loop = ClosedLoop(concurrency, shape.output_len, warmup, prompt, rule.more, stagger)
     run_closed_loop(tc.server.base_url, tc.model, loop, on_measure_start=marks.start, **common)
+    loaded = [r.end_time - r.send_time for r in records if r.phase == "measure" and r.status == "ok" and r.end_time]
+    if loaded:  # the next block plans its stagger from this one's loaded lifetime, not the warm-up's unloaded one
+        tc.lifetimes[point.id] = float(statistics.median(loaded))
+        tc.lifetime_from[point.id] = f"block {number}"
     return {"kind": "closed-loop", "concurrency": concurrency, "warmup": warmup, **used, **rule.record()}
+
+
+def stagger_offsets(concurrency: int, lifetime: float, seed: int) -> list[float]:
+    """Stratified random phases: slot j sends its first request at (j + u_j) x lifetime / C, u_j uniform in
+    [0, 1) from `seed`. Every block of a point draws its own, so the blocks sample the loop's phase (a closed loop of
+    fixed-length requests keeps the phase it starts with: docs/measurement.md) while each slot still gets its own
+    stretch of the lifetime, as an even stagger gives."""
+    rng = random.Random(seed)
+    return [(j + rng.random()) * lifetime / concurrency for j in range(concurrency)]
+
+
+def stagger_seed(salt: str, point: Point, trial: int, attempt: int) -> int:
+    """The seed of a block's stagger: the run's salt and the point's load (Point.load_id), so a speculating point and
+    its k = 0 baseline start their blocks at the same phases."""
+    return int_seed(f"{salt}/{point.load_id}/{trial}/{attempt}/stagger")
 
 
 def reset_prefix_cache(base_url: str) -> bool:

@@ -22,9 +22,17 @@ interleaves with the others' decode as it does in serving. Figures over the span
 - stalls: gaps in which no request got a token for longer than STALL_FACTOR x the step p50 (the whole batch
   waiting, e.g. for a prefill); their count and share of the span say how much of it went to something else
   than decode steps;
-- precision: the span cut into sub-windows of whole cycles of the loop (C completions each, cycle_edges; batch
-  means); the sub-window throughputs' CV and the 95% confidence half-width of their mean, relative to it, for
-  throughput and TPOT.
+- the headline tok/s over whole cycles: a cycle of the loop is C successive completions (each slot finishes once and
+  sends a fresh prompt, whose prefill stalls the batch). From the first completion inside the span to the last whole
+  cycle, every slot has prefilled the same number of times, wherever in the cycle the span began; the span's own
+  ends fall at arbitrary phases (it starts just after the first wave's last prefill, a stretch without prefills),
+  and the span's rate read 1-6% high on short spans of the Kimi rank (docs/measurement.md). Tokens over time of those
+  whole cycles is the headline; the span's own rate is kept beside it (`span_throughput`), labelled;
+- precision: the same whole cycles cut into sub-windows (at most MAX_SUB_WINDOWS, each of whole cycles), or, with
+  at least MIN_SUB_WINDOWS blocks (trials of the point, each drained and restarted at another phase), the blocks
+  themselves: the ratio estimator's 95% t interval (tokens over time of each unit), centred on the headline, which
+  is the same ratio over the same units. Fewer than MIN_SUB_WINDOWS whole cycles: the point is `short` and states
+  no precision.
 """
 
 from __future__ import annotations
@@ -156,20 +164,59 @@ def stalls(rows: Sequence[dict], span: Span, step_p50_ms: float | None) -> dict:
     return _stall_summary([(rows, span)], step_p50_ms)
 
 
-def cycle_edges(ends: Sequence[float], start: float, end: float, concurrency: int) -> list[float]:
+def completions(ends: Iterable[float], start: float, end: float) -> list[float]:
+    """The completion times inside (start, end], sorted."""
+    return sorted(t for t in ends if start < t <= end)
+
+
+def whole_cycles(done: Sequence[float], concurrency: int) -> int:
+    """Whole cycles between the first and the last of `done` (sorted completions): C completions each."""
+    return (len(done) - 1) // max(concurrency, 1) if done else 0
+
+
+def cycle_edges(
+    ends: Sequence[float], start: float, end: float, concurrency: int, min_cycles: int = MIN_SUB_WINDOWS
+) -> list[float]:
     """Sub-window edges over whole cycles of the closed loop. A cycle is C successive completions (in a steady loop,
     each slot finishes once), so a sub-window from one completion to the (b x C)-th after it holds whole cycles:
     cut at fixed durations instead, a loop that repeats a pattern (a prefill of each slot's new request per
     cycle) is cut mid-cycle, and the sub-windows differ by where the cut falls, not by noise (docs/measurement.md).
-    b = ceil(cycles / MAX_SUB_WINDOWS); the edges start at the first completion inside (start, end]; what lies
-    before it and after the last edge counts in the headline, not in the precision. [] below MIN_SUB_WINDOWS."""
-    done = sorted(t for t in ends if start < t <= end)
+    b = ceil(cycles / MAX_SUB_WINDOWS); the edges start at the first completion inside (start, end] and end at the
+    last whole cycle (the last sub-window takes the cycles left over: it holds b to 2b - 1); what lies outside
+    counts in neither the headline nor the precision. [] below `min_cycles` whole cycles."""
+    done = completions(ends, start, end)
     per = max(concurrency, 1)
-    cycles = (len(done) - 1) // per if done else 0
-    if cycles < MIN_SUB_WINDOWS:
+    cycles = whole_cycles(done, per)
+    if cycles < max(min_cycles, 1):
         return []
     b = math.ceil(cycles / MAX_SUB_WINDOWS)
-    return [done[i * b * per] for i in range(cycles // b + 1)]
+    return [done[i * b * per] for i in range(cycles // b)] + [done[cycles * per]]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One unit of the ratio estimator: output tokens over seconds, and the chunk gaps (s) over the tokens they
+    delivered (TPOT's ratio), over [start, end]."""
+
+    start: float
+    end: float
+    tokens: float
+    gap_s: float
+    gap_tokens: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+def units_between(rows: Sequence[dict], span: Span, edges: Sequence[float]) -> list[Unit]:
+    """The units between successive `edges` (inside `span`)."""
+    gaps = step_gaps(rows, span)
+    out = []
+    for lo, hi in itertools.pairwise(edges):
+        inside = [(g, n) for t, g, n in gaps if lo < t <= hi]
+        out.append(Unit(lo, hi, tokens_in(rows, lo, hi), sum(g for g, _ in inside), sum(n for _, n in inside)))
+    return out
 
 
 def sub_windows(rows: Sequence[dict], span: Span, concurrency: int) -> list[dict]:
@@ -178,24 +225,38 @@ def sub_windows(rows: Sequence[dict], span: Span, concurrency: int) -> list[dict
     edges = cycle_edges(
         [r["end_time"] for r in rows if r.get("end_time") is not None], span.start, span.end, concurrency
     )
-    gaps = step_gaps(rows, span)
-    out = []
-    for lo, hi in itertools.pairwise(edges):
-        inside = [(g, n) for t, g, n in gaps if lo < t <= hi]
-        tokens = sum(n for _, n in inside)
-        out.append(
-            {
-                "start": lo,
-                "end": hi,
-                "output_throughput": tokens_in(rows, lo, hi) / (hi - lo),
-                "tpot_ms": sum(g for g, _ in inside) * 1e3 / tokens if tokens else None,
-            }
-        )
-    return out
+    return [
+        {
+            "start": u.start,
+            "end": u.end,
+            "output_throughput": u.tokens / u.seconds,
+            "tpot_ms": u.gap_s * 1e3 / u.gap_tokens if u.gap_tokens else None,
+        }
+        for u in units_between(rows, span, edges)
+    ]
+
+
+def ratio_interval(num: Sequence[float], den: Sequence[float]) -> tuple[float | None, float | None, float | None]:
+    """(ratio, CV, relative half-width) of the ratio estimator sum(num) / sum(den) over units: the residuals
+    num_i - R den_i give its standard error (the delta method; units of unequal size weigh by their size), and the
+    CONFIDENCE t interval with n - 1 degrees of freedom is centred on R, so it always contains the headline that
+    is the same ratio. CV: the residuals' spread relative to R x the mean unit (a unit's rate, its typical
+    deviation). None where unknown: the ratio without units or denominator, the spread below MIN_SUB_WINDOWS units."""
+    y, x = np.asarray(num, float), np.asarray(den, float)
+    if y.size == 0 or x.sum() <= 0:
+        return None, None, None
+    ratio = float(y.sum() / x.sum())
+    if y.size < MIN_SUB_WINDOWS or ratio == 0:
+        return ratio, None, None
+    n = y.size
+    sd = math.sqrt(float(np.sum((y - ratio * x) ** 2)) / (n - 1))
+    cv = sd / float(x.mean()) / abs(ratio)
+    t = float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1))
+    return ratio, cv, t * cv / math.sqrt(n)
 
 
 def half_width(values: Sequence[float | None]) -> tuple[float | None, float | None]:
-    """(CV, relative half-width of the CONFIDENCE interval of the mean) of batch means; None below
+    """(CV, relative half-width of the CONFIDENCE interval of the mean) of equal-weight values; None below
     MIN_SUB_WINDOWS known values."""
     v = np.asarray([x for x in values if x is not None], float)
     if len(v) < MIN_SUB_WINDOWS or not v.mean():
@@ -205,18 +266,81 @@ def half_width(values: Sequence[float | None]) -> tuple[float | None, float | No
     return sd / abs(float(v.mean())), t * sd / math.sqrt(len(v)) / abs(float(v.mean()))
 
 
-def precision(windows: Sequence[dict]) -> dict:
-    """What the sub-windows say about the steady figures' precision (relative values)."""
-    cv_tp, hw_tp = half_width([w["output_throughput"] for w in windows])
-    cv_tpot, hw_tpot = half_width([w["tpot_ms"] for w in windows])
+@dataclass(frozen=True)
+class Block:
+    """One closed-loop run's whole cycles (a block: a trial of the point): its sub-windows, and the block as one
+    unit spanning them all. `cycles` 0: none whole in its span (`whole` None)."""
+
+    cycles: int
+    subs: list[Unit]
+    whole: Unit | None
+
+
+def block_of(rows: Sequence[dict], span: Span, concurrency: int) -> Block:
+    """The whole cycles of one run's steady span (cycle_edges, from one whole cycle on)."""
+    ends = [r["end_time"] for r in rows if r.get("end_time") is not None]
+    edges = cycle_edges(ends, span.start, span.end, concurrency, min_cycles=1)
+    if not edges:
+        return Block(0, [], None)
+    subs = units_between(rows, span, edges)
+    whole = Unit(
+        edges[0],
+        edges[-1],
+        sum(u.tokens for u in subs),
+        sum(u.gap_s for u in subs),
+        sum(u.gap_tokens for u in subs),
+    )
+    return Block(whole_cycles(completions(ends, span.start, span.end), concurrency), subs, whole)
+
+
+def precision(blocks: Sequence[Block]) -> dict:
+    """What the whole cycles say about the headline's precision (relative values). Units: the blocks when at least
+    MIN_SUB_WINDOWS of them have whole cycles (each restarted at its own phase, so their spread holds the phase's
+    share of the noise as well as the engine's), else every block's sub-windows pooled. A point with fewer than
+    MIN_SUB_WINDOWS whole cycles in all states none. `within_block_cv`: the sub-windows' spread inside the blocks
+    (pooled residuals about each block's own rate); `between_block_cv`: the blocks' rates about the headline."""
+    full = [b for b in blocks if b.whole is not None]
+    cycles = sum(b.cycles for b in blocks)
+    by_block = len(full) >= MIN_SUB_WINDOWS
+    units = [b.whole for b in full if b.whole is not None] if by_block else [u for b in full for u in b.subs]
+    known = cycles >= MIN_SUB_WINDOWS
+    _, cv_tp, hw_tp = (
+        ratio_interval([u.tokens for u in units], [u.seconds for u in units]) if known else (0, None, None)
+    )
+    timed = [u for u in units if u.gap_tokens]
+    _, cv_tpot, hw_tpot = (
+        ratio_interval([u.gap_s for u in timed], [u.gap_tokens for u in timed]) if known else (0, None, None)
+    )
     return {
-        "sub_windows": len(windows),
+        "unit": "block" if by_block else "sub-window",
+        "sub_windows": len(units),
         "confidence": CONFIDENCE,
         "output_throughput_cv": cv_tp,
         "output_throughput_halfwidth": hw_tp,
         "tpot_cv": cv_tpot,
         "tpot_halfwidth": hw_tpot,
+        "within_block_cv": _within_block_cv(full),
+        "between_block_cv": (
+            ratio_interval([b.whole.tokens for b in full if b.whole], [b.whole.seconds for b in full if b.whole])[1]
+            if len(full) >= MIN_SUB_WINDOWS
+            else None
+        ),
     }
+
+
+def _within_block_cv(full: Sequence[Block]) -> float | None:
+    """The sub-windows' rates about their own block's rate, pooled over the blocks, relative to the mean rate."""
+    split = [b for b in full if b.whole is not None and len(b.subs) >= 2]
+    dof = sum(len(b.subs) - 1 for b in split)
+    if dof < MIN_SUB_WINDOWS - 1:
+        return None
+    residuals = sum(
+        (u.tokens - b.whole.tokens / b.whole.seconds * u.seconds) ** 2 for b in split if b.whole for u in b.subs
+    )
+    seconds = sum(b.whole.seconds for b in split if b.whole)
+    tokens = sum(b.whole.tokens for b in split if b.whole)
+    mean_seconds = seconds / sum(len(b.subs) for b in split)
+    return math.sqrt(residuals / dof) / mean_seconds / (tokens / seconds)
 
 
 def distribution(values: Sequence[float]) -> dict:
@@ -233,10 +357,12 @@ def distribution(values: Sequence[float]) -> dict:
 
 
 def steady(trials: Sequence[Sequence[dict]], concurrency: int) -> dict | None:
-    """The steady figures of a point from its trials' measured rows (one closed-loop run each): throughput over
-    the summed spans, TPOT and step distributions, TTFT of the requests sent inside a span (prefill under load),
-    and the precision from every trial's sub-windows. None when no trial has a steady span."""
-    spans, tokens, tpots, steps, itls, ttfts, windows, measured = [], 0, [], [], [], [], [], []
+    """The steady figures of a point from its trials' measured rows (one closed-loop run, a block, each): the
+    headline throughput over every block's whole cycles (module docstring), TPOT and step distributions, TTFT of the
+    requests sent inside a span (prefill under load), and the precision from the same whole cycles. A point with
+    fewer than MIN_SUB_WINDOWS whole cycles is `short`: its headline is the whole cycles' rate where it has one,
+    else the spans' own, and it states no precision. None when no trial has a steady span."""
+    spans, tokens, tpots, steps, itls, ttfts, blocks, measured = [], 0, [], [], [], [], [], []
     for rows in trials:
         span = steady_span(rows, concurrency)
         if span is None:
@@ -253,24 +379,35 @@ def steady(trials: Sequence[Sequence[dict]], concurrency: int) -> dict | None:
             for r in rows
             if r.get("chunk_times") and span.start <= r["send_time"] < span.end
         ]
-        windows += sub_windows(rows, span, concurrency)
+        blocks.append(block_of(rows, span, concurrency))
     if not spans:
         return None
     length = sum(s.length for s in spans)
+    span_rate = tokens / length if length > 0 else None
+    whole = [b.whole for b in blocks if b.whole is not None]
+    cycle_s = sum(u.seconds for u in whole)
+    cycle_tokens = sum(u.tokens for u in whole)
+    cycles = sum(b.cycles for b in blocks)
     tpot = distribution(tpots)
     step = distribution(steps)
     return {
         "spans": [[s.start, s.end] for s in spans],
         "span_s": length,
         "output_tokens": tokens,
-        "output_throughput": tokens / length if length > 0 else None,
+        "output_throughput": cycle_tokens / cycle_s if cycle_s > 0 else span_rate,
+        "span_throughput": span_rate,
+        "cycles": cycles,
+        "short": cycles < MIN_SUB_WINDOWS,
+        "cycle_windows": [[u.start, u.end] for u in whole],
+        "cycle_s": cycle_s,
+        "cycle_tokens": cycle_tokens,
         "per_user_output_throughput": 1e3 / tpot["mean"] if tpot["mean"] else None,
         "tpot_ms": tpot,
         "step_ms": step,
         "stalls": _stall_summary(list(zip(measured, spans)), step["p50"]),
         "itl_ms": distribution(itls),
         "ttft_ms": distribution(ttfts),
-        "precision": precision(windows),
+        "precision": precision(blocks),
     }
 
 
@@ -284,16 +421,17 @@ def live_halfwidth(
 ) -> float | None:
     """While a closed loop runs: the relative half-width of the steady throughput so far, over [start, now]
     (start: when all C first decoded; no drain yet), from every chunk's arrival time and tokens in arrival order
-    and the completions so far (`ends`), over the same whole-cycle sub-windows as the record (cycle_edges; cheap
-    enough to ask once a second while streams are read). None while too short to say."""
+    and the completions so far (`ends`), over the same whole-cycle sub-windows and ratio estimator as the record
+    (cycle_edges, ratio_interval; cheap enough to ask once a second while streams are read). None while too short
+    to say."""
     edges = np.asarray(cycle_edges(ends, start, now, concurrency), float)
     if now <= start or len(edges) < MIN_SUB_WINDOWS + 1:
         return None
     t = np.asarray(times, float)
     n = np.asarray(tokens, float)
     inside = (t > edges[0]) & (t <= edges[-1])
-    per_bin = np.histogram(t[inside], bins=edges, weights=n[inside])[0] / np.diff(edges)
-    return half_width(list(per_bin))[1]
+    per_bin = np.histogram(t[inside], bins=edges, weights=n[inside])[0]
+    return ratio_interval(list(per_bin), list(np.diff(edges)))[2]
 
 
 DEFAULT_DRAIN_S = 30.0  # what a window cut by a deadline leaves its requests in flight, before a lifetime is known

@@ -79,10 +79,19 @@ def _shown(f: ResultField, points: pd.DataFrame) -> bool:
 
 
 def with_precision(points: pd.DataFrame) -> pd.DataFrame:
-    """`points` with the PRECISION text columns ("+-x.x%", None where the record states no precision)."""
-    return points.assign(
+    """`points` with the PRECISION text columns ("+-x.x%", None where the record states no precision; "short: n
+    cycles" beside a headline over fewer than 3 whole cycles of the loop, which states none)."""
+    out = points.assign(
         **{shown: points[source].map(pm_text) if source in points else None for shown, source in PRECISION.items()}
     )
+    if "steady_short" in points and "throughput_pm" in out:
+        short = points["steady_short"].fillna(False).astype(bool)
+        out.loc[short, "throughput_pm"] = points.loc[short, "steady_cycles"].map(short_text)
+    return out
+
+
+def short_text(cycles) -> str:
+    return f"short: {0 if cycles is None or pd.isna(cycles) else int(cycles)} cycles"
 
 
 def pm_text(halfwidth) -> str | None:

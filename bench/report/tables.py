@@ -45,6 +45,11 @@ POINT_COLUMNS = [
     "tpot_halfwidth",
     "step_p50_ms",  # the engine's step in the steady span: the gap between a request's successive chunks
     "steady_fraction",  # the steady span's share of the measured window
+    "steady_cycles",  # whole cycles of the loop under the headline (bench.window); None: an older record
+    "steady_short",  # fewer than 3 whole cycles: no precision, never a report's best figure
+    "precision_units",  # the units the +- is computed over (blocks or whole-cycle sub-windows)
+    "within_block_cv",  # sub-windows about their block's rate (bench.window.precision)
+    "between_block_cv",  # a start's blocks, each at its own phase, about the headline
     "prefix_cache_hit_rate",
     "served_token_ratio",  # vLLM's generated tokens / the client's received ones over the windows (1: they agree)
     "tpot_client_over_vllm",  # the client's mean TPOT / vLLM's (request_time_per_output_token) over the windows
@@ -141,6 +146,11 @@ def point_row(p: PointRecord) -> dict:
         "tpot_halfwidth": precision.tpot_halfwidth,
         "step_p50_ms": pct(m.step_ms, "p50"),
         "steady_fraction": steady.fraction_of_window,
+        "steady_cycles": steady.cycles,
+        "steady_short": bool(steady.short),
+        "precision_units": precision.sub_windows,
+        "within_block_cv": precision.within_block_cv,
+        "between_block_cv": precision.between_block_cv,
         "prefix_cache_hit_rate": p.cache.prefix_cache_hit_rate if p.cache else None,
         "served_token_ratio": p.served.token_ratio if p.served else None,
         **_client_against_vllm(p.served),

@@ -23,14 +23,14 @@ def fake_closed_loop(calls: list[dict], fault: Callable[[int, int], None] = lamb
     after measured request i of call number `call` (raise there to script a hang, a death, a bench bug)."""
 
     def run(base_url, model, loop, *, records, on_measure_start, **_):
-        call = {"warmup": loop.warmup, "measure": 0, "prompts": [], "stagger_s": None}
+        call = {"warmup": loop.warmup, "measure": 0, "prompts": [], "offsets": None}
         calls.append(call)
         for i in range(loop.warmup):
             prompt = loop.prompt("warmup", i)
             call["prompts"].append(prompt)
             records.append(scripted_record(len(records), "warmup", len(prompt), loop.max_tokens))
         on_measure_start()
-        call["stagger_s"] = loop.stagger([r for r in records if r.phase == "warmup"])
+        call["offsets"] = list(loop.stagger([r for r in records if r.phase == "warmup"]))
         state = types.SimpleNamespace(records=records, token_times=[], token_counts=[])
         i = 0
         while loop.more(i, state):

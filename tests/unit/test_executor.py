@@ -114,11 +114,20 @@ def test_every_point_ok_with_trials_raw_rows_and_server_info(scripted):
     assert [(c["warmup"], c["measure"]) for c in script["loads"]] == [
         (w, sent[c]) for c in (1, 2, 3) for w in (1, 0)
     ], "warm-up: trial 0 only"
-    # staggered start: the warm-up's median lifetime (1 s scripted) over C, kept for trial 1, none at C = 1
-    assert [round(c["stagger_s"], 3) for c in script["loads"]] == [0.0, 0.0, 0.5, 0.5, 0.333, 0.333]
+    # staggered start: slot j at (j + u) x lifetime / C, u random per block; the lifetime is the warm-up's median
+    # (1 s scripted) for block 0 and block 0's loaded one (1 s too) for block 1; none at C = 1
+    for call, c in zip(script["loads"], (1, 1, 2, 2, 3, 3)):
+        offsets = call["offsets"]
+        assert len(offsets) == (c if c > 1 else 0)
+        assert all(j / c <= o < (j + 1) / c for j, o in enumerate(offsets)), offsets
+    assert script["loads"][2]["offsets"] != script["loads"][3]["offsets"], "each block draws its own phases"
     for record in ok:
         assert [t["trial"] for t in record["trials"]] == [0, 1]
-        assert record["trials"][1]["load"]["stagger_s"] == record["trials"][0]["load"]["stagger_s"]
+        loads = [t["load"] for t in record["trials"]]
+        assert [load["stagger_s"] for load in loads] == [
+            1 / c if (c := record["config"]["shape"]["concurrency"]) > 1 else 0.0
+        ] * 2
+        assert [load["lifetime_from"] for load in loads] == ["warm-up", "block 0"]
         assert record["server"]["pids"] == [4242] and record["server"]["ready_s"] == 1.5
         c = record["config"]["shape"]["concurrency"]
         assert record["metrics"]["requests"] == 2 * sent[c] and record["mismatch"] == []

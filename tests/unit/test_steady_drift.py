@@ -21,10 +21,10 @@ def sd():
 def test_committed_32_user_point(sd, capsys):
     assert sd.main([str(POINT), "8b47cf550bba"]) == 0
     out = capsys.readouterr().out
-    # the nine sub-windows (five cycles of 32 completions each) and the README's outside-stall rates
+    # the nine sub-windows (five cycles of 32 completions each, the last with the rest) and the outside-stall rates
     assert out.count("\n| ") == 9  # the data rows (the header is the first line)
-    assert "| 2-27 | 1600.8 | 69% | 5240 |" in out and "| 207-230 | 1794.4 | 71% | 6099 |" in out
-    assert "CV 0.067, lag-1 autocorrelation 0.39, correlation with stall share -0.77" in out
+    assert "| 2-27 | 1600.8 | 69% | 5240 |" in out and "| 207-234 | 1801.6 | 70% | 6049 |" in out
+    assert "CV 0.068, lag-1 autocorrelation 0.39, correlation with stall share -0.79" in out
 
 
 def test_no_steady_span_is_an_error(sd):

@@ -1,0 +1,291 @@
+"""A point measured over several server starts (`bench sweep --starts N`, OUT/start-1 ... start-N): what the starts
+together say about it, and whether they agree within the precision each one stated.
+
+Per point, from each start's headline (steady tok/s) and its stated relative 95% half-width:
+- the estimate over starts: the geometric mean, with the 95% t interval of the mean of logs (n - 1 degrees of
+  freedom): the server start is the unit (docs/verdicts.md), so this interval holds what differs between starts;
+- agreement: Cochran's Q of the starts' logs weighted by their stated precision (se = half-width / t of its own
+  units). A small p says the starts differ by more than each one's precision allows: something that a start fixes
+  (placement, compile, the loop's phase) moves the figure, and a single start's +- understates the uncertainty;
+- a noise budget: within a block (sub-windows about their block's rate), between blocks (a start's blocks, each at
+  its own phase), between starts beyond what they stated (DerSimonian-Laird's tau: the starts' spread less their
+  stated variances, relative);
+- speedups over k = 0 paired by start (the point and its baseline measured on the same start's servers): the ratio
+  per start, the geometric mean and its t interval on logs.
+A start whose record is short (fewer than 3 whole cycles) or states no precision gives no weight to the agreement
+test, and counts in the estimate. Fewer than 2 starts: no interval ("insufficient data").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from bench.fmt import fmt
+from bench.report.analysis import enrich
+from bench.report.speedup import speedups
+from bench.report.tables import points_table
+
+START_DIR = re.compile(r"^start-(\d+)$")
+CONFIDENCE = 0.95
+AGREE_P = 0.05  # Cochran's Q p-value below which the starts disagree beyond their stated precision
+
+
+def start_dirs(root: Path) -> list[Path]:
+    """The start-k folders of a sweep over several starts, in k order ([] for a plain sweep folder)."""
+    found = [(int(m.group(1)), p) for p in Path(root).iterdir() if p.is_dir() and (m := START_DIR.match(p.name))]
+    return [p for _, p in sorted(found) if (p / "manifest.json").exists()]
+
+
+@dataclass
+class OverStarts:
+    """One figure of one point (or one speedup) over its server starts."""
+
+    values: list[float]
+    halfwidths: list[float | None] = field(default_factory=list)
+    dof: list[int | None] = field(default_factory=list)
+    estimate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    between_cv: float | None = None  # the starts' spread (SD of logs)
+    q_p: float | None = None  # Cochran's Q p-value; None below 2 starts with a stated precision
+    beyond_cv: float | None = None  # between-start spread beyond the stated precisions (DerSimonian-Laird tau)
+    verdict: str = "insufficient data"  # "consistent" / "starts disagree" / "insufficient data"
+
+
+def over_starts(
+    values: list[float], halfwidths: list[float | None] | None = None, dof: list[int | None] | None = None
+) -> OverStarts:
+    """The estimate, interval, agreement and excess spread of one figure measured once per start (module doc)."""
+    halfwidths = halfwidths if halfwidths is not None else [None] * len(values)
+    dof = dof if dof is not None else [None] * len(values)
+    out = OverStarts(list(values), list(halfwidths), list(dof))
+    logs = np.log([v for v in values if v and v > 0])
+    if logs.size == 0:
+        return out
+    out.estimate = float(np.exp(logs.mean()))
+    if logs.size < 2:
+        return out
+    sd = float(logs.std(ddof=1))
+    t = float(stats.t.ppf(0.5 + CONFIDENCE / 2, logs.size - 1))
+    out.low, out.high = (float(np.exp(logs.mean() + s * t * sd / math.sqrt(logs.size))) for s in (-1, 1))
+    out.between_cv = sd
+    stated = [
+        (math.log(v), _log_se(h, d))
+        for v, h, d in zip(values, halfwidths, dof)
+        if v and v > 0 and h is not None and not pd.isna(h) and h > 0
+    ]
+    if len(stated) >= 2:
+        y = np.array([s[0] for s in stated])
+        se = np.array([s[1] for s in stated])
+        w = 1 / se**2
+        mean = float((w * y).sum() / w.sum())
+        q = float((w * (y - mean) ** 2).sum())
+        k = len(stated)
+        out.q_p = float(stats.chi2.sf(q, k - 1))
+        c = float(w.sum() - (w**2).sum() / w.sum())
+        out.beyond_cv = math.sqrt(max(0.0, (q - (k - 1)) / c)) if c > 0 else None
+        out.verdict = "consistent" if out.q_p >= AGREE_P else "starts disagree"
+    return out
+
+
+def _log_se(halfwidth: float, dof: int | None) -> float:
+    """The standard error on the log scale of a figure stated as +- `halfwidth` (relative, 95%, t with `dof`
+    degrees of freedom: its units less one; a normal quantile when unknown)."""
+    q = stats.t.ppf(0.5 + CONFIDENCE / 2, dof) if dof and dof > 0 else stats.norm.ppf(0.5 + CONFIDENCE / 2)
+    return math.log1p(halfwidth) / float(q)
+
+
+def starts_table(root: Path) -> tuple[pd.DataFrame, list[Path]]:
+    """Every start's points table, one frame with a `start` column (1-based, from the folder name)."""
+    dirs = start_dirs(root)
+    frames = []
+    for d in dirs:
+        points = enrich(points_table(d))
+        sp = speedups(points) if "num_speculative_tokens" in points else pd.DataFrame()
+        if len(sp):
+            points = points.merge(sp, on="point_id", how="left")
+        frames.append(points.assign(start=int(START_DIR.match(d.name).group(1))))  # type: ignore[union-attr]
+    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), dirs
+
+
+def _units(record_units) -> int | None:
+    return None if record_units is None or pd.isna(record_units) else int(record_units) - 1
+
+
+def summarize_starts(root: Path) -> dict:
+    """Per point over the starts in `root`: tok/s over starts, agreement, noise budget, paired speedup."""
+    table, dirs = starts_table(root)
+    rows = []
+    if len(table):
+        ok = table[table.status == "ok"]
+        for pid, g in ok.groupby("point_id", sort=False):
+            g = g.sort_values("start")
+            first = g.iloc[0]
+            tp = over_starts(
+                [float(v) for v in g.output_throughput],
+                [None if bool(s) else h for s, h in zip(g.steady_short.fillna(False), g.throughput_halfwidth)],
+                [_units(u) for u in g.get("precision_units", pd.Series([None] * len(g)))],
+            )
+            row = {
+                "point_id": pid,
+                "label": first.series,
+                "shape": _shape(first),
+                "num_speculative_tokens": int(first.num_speculative_tokens),
+                "starts": [int(s) for s in g.start],
+                "output_throughput": asdict(tp),
+                "short_starts": [int(s) for s, short in zip(g.start, g.steady_short.fillna(False)) if short],
+                "within_block_cv": _median(g.get("within_block_cv")),
+                "between_block_cv": _median(g.get("between_block_cv")),
+                "torch_compile": [c for c in g.get("torch_compile", pd.Series([None] * len(g)))],
+            }
+            if "speedup_output" in g and g.speedup_output.notna().any():
+                row["speedup"] = asdict(over_starts([float(v) for v in g.speedup_output.dropna()]))
+                row["speedup_starts"] = [int(s) for s, v in zip(g.start, g.speedup_output) if pd.notna(v)]
+            rows.append(row)
+    return {"starts": [d.name for d in dirs], "confidence": CONFIDENCE, "agree_p": AGREE_P, "points": rows}
+
+
+def _median(col) -> float | None:
+    if col is None:
+        return None
+    v = pd.to_numeric(col, errors="coerce").dropna()
+    return float(v.median()) if len(v) else None
+
+
+def _shape(row) -> str:
+    parts = [row.get("concurrency"), row.get("input_len"), row.get("output_len")]
+    return "x".join("?" if p is None or pd.isna(p) else str(int(p)) for p in parts)
+
+
+def _interval(o: dict, spec: str) -> str:
+    if o["low"] is None:
+        return "insufficient data (1 start)" if len(o["values"]) < 2 else "n/a"
+    return f"[{fmt(o['low'], spec)}, {fmt(o['high'], spec)}]"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def starts_markdown(summary: dict) -> str:
+    """starts.md: the answer first (which points agree over starts), then the per-point table and noise budget."""
+    points = summary["points"]
+    n = len(summary["starts"])
+    disagree = [p for p in points if p["output_throughput"]["verdict"] == "starts disagree"]
+    lines = [f"# Over {n} server start{'s' if n != 1 else ''}", ""]
+    if not points:
+        return "\n".join([*lines, "No ok point in any start.", ""])
+    if n < 2:
+        lines.append("One start: no between-start precision (insufficient data). Run with `--starts 3` or more.")
+    elif disagree:
+        names = ", ".join(f"{p['label']} {p['shape']}" for p in disagree)
+        lines.append(
+            f"{len(disagree)} of {len(points)} points differ between starts by more than their stated precision "
+            f"allows ({names}): quote their interval over starts, not one start's +-."
+        )
+    else:
+        lines.append(
+            f"All {len(points)} points agree between starts within their stated precision (Cochran's Q, "
+            f"p >= {summary['agree_p']}); the intervals below are over starts, the server start as the unit."
+        )
+    lines += [
+        "",
+        "| point | shape | per start tok/s (+-) | over starts | agreement | beyond stated | speedup over starts |",
+    ]
+    lines.append("|---|---|---|---|---|---|---|")
+    for p in points:
+        o = p["output_throughput"]
+        per = " / ".join(
+            f"{fmt(v, ',.1f')} ({'short' if s in p['short_starts'] else _pct(h)})"
+            for v, h, s in zip(o["values"], o["halfwidths"], p["starts"])
+        )
+        agree = o["verdict"] + (f", p {o['q_p']:.2f}" if o["q_p"] is not None else "")
+        sp = p.get("speedup")
+        speed = "" if not sp else f"{fmt(sp['estimate'], '.2f')}x {_interval(sp, '.2f')}"
+        lines.append(
+            f"| {p['label']} | {p['shape']} | {per} | {fmt(o['estimate'], ',.1f')} {_interval(o, ',.1f')} | "
+            f"{agree} | {_pct(o['beyond_cv'])} | {speed} |"
+        )
+    lines += [
+        "",
+        "## Noise budget (CV)",
+        "",
+        "| point | shape | within a block | between blocks | between starts | beyond stated |",
+        "|---|---|---|---|---|---|",
+    ]
+    for p in points:
+        o = p["output_throughput"]
+        lines.append(
+            f"| {p['label']} | {p['shape']} | {_pct(p['within_block_cv'])} | {_pct(p['between_block_cv'])} | "
+            f"{_pct(o['between_cv'])} | {_pct(o['beyond_cv'])} |"
+        )
+    lines += [
+        "",
+        "Intervals: 95% t on the logs of the starts' figures (n - 1 degrees of freedom). Agreement: Cochran's Q of "
+        "the starts weighted by their stated precision. Beyond stated: the starts' spread less their stated "
+        "variances (DerSimonian-Laird). Speedups: the point over its k = 0 baseline on each start's servers, paired "
+        "by start. A short start (fewer than 3 whole cycles) states no precision and carries no weight in the "
+        "agreement test.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def starts_figure(summary: dict, path: Path) -> Path | None:
+    """Each point's starts with their stated 95% error bars beside the estimate over starts and its interval."""
+    points = summary["points"]
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(points) + 2), 4))
+    for i, p in enumerate(points):
+        o = p["output_throughput"]
+        k = len(o["values"])
+        xs = [i - 0.25 + 0.3 * j / max(k - 1, 1) for j in range(k)]
+        errs = [0 if h is None or pd.isna(h) else v * h for v, h in zip(o["values"], o["halfwidths"])]
+        ax.errorbar(xs, o["values"], yerr=errs, fmt="o", color="tab:blue", capsize=3, ms=4)
+        if o["estimate"] is not None:
+            lo = o["low"] if o["low"] is not None else o["estimate"]
+            hi = o["high"] if o["high"] is not None else o["estimate"]
+            ax.errorbar(
+                [i + 0.2], [o["estimate"]], yerr=[[o["estimate"] - lo], [hi - o["estimate"]]], fmt="s",
+                color="tab:red" if o["verdict"] == "starts disagree" else "black", capsize=4, ms=6,
+            )  # fmt: skip
+    ax.set_xticks(range(len(points)), [f"{p['label']}\n{p['shape']}" for p in points], fontsize=7)
+    ax.set_ylabel("steady output tok/s")
+    ax.set_title("per start (blue, stated 95%) and over starts (black; red: starts disagree)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def build_starts_report(root: Path) -> dict[str, Path]:
+    """starts.json, starts.md and starts.png in `root` (a folder of start-k sweeps)."""
+    from bench.files import atomic_write_bytes
+
+    summary = summarize_starts(root)
+    paths = {"starts_json": root / "starts.json", "starts_md": root / "starts.md"}
+    atomic_write_bytes(paths["starts_json"], (json.dumps(summary, indent=1, default=_json) + "\n").encode())
+    atomic_write_bytes(paths["starts_md"], starts_markdown(summary).encode())
+    if (png := starts_figure(summary, root / "starts.png")) is not None:
+        paths["starts_png"] = png
+    return paths
+
+
+def _json(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(type(value))
