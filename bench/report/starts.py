@@ -146,7 +146,7 @@ def summarize_starts(root: Path) -> dict:
                 "between_block_cv": _median(g.get("between_block_cv")),
                 "torch_compile": [c for c in g.get("torch_compile", pd.Series([None] * len(g)))],
             }
-            if "speedup_output" in g and g.speedup_output.notna().any():
+            if first.num_speculative_tokens and "speedup_output" in g and g.speedup_output.notna().any():
                 row["speedup"] = asdict(over_starts([float(v) for v in g.speedup_output.dropna()]))
                 row["speedup_starts"] = [int(s) for s, v in zip(g.start, g.speedup_output) if pd.notna(v)]
             rows.append(row)
@@ -169,6 +169,10 @@ def _interval(o: dict, spec: str) -> str:
     if o["low"] is None:
         return "insufficient data (1 start)" if len(o["values"]) < 2 else "n/a"
     return f"[{fmt(o['low'], spec)}, {fmt(o['high'], spec)}]"
+
+
+def _p(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}" if p < 0.01 else f"{p:.2f}"
 
 
 def _pct(x: float | None) -> str:
@@ -207,7 +211,7 @@ def starts_markdown(summary: dict) -> str:
             f"{fmt(v, ',.1f')} ({'short' if s in p['short_starts'] else _pct(h)})"
             for v, h, s in zip(o["values"], o["halfwidths"], p["starts"])
         )
-        agree = o["verdict"] + (f", p {o['q_p']:.2f}" if o["q_p"] is not None else "")
+        agree = o["verdict"] + (f", p {_p(o['q_p'])}" if o["q_p"] is not None else "")
         sp = p.get("speedup")
         speed = "" if not sp else f"{fmt(sp['estimate'], '.2f')}x {_interval(sp, '.2f')}"
         lines.append(

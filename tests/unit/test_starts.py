@@ -1,0 +1,82 @@
+"""Several server starts of one point (`sweep --starts`): the estimate and interval over starts, whether the starts
+agree within their stated precision (Cochran's Q), the excess spread, speedups paired by start; on constructed
+figures with known answers and on the committed pair of H200 starts of one lease."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+from scipy import stats
+
+from bench.report import starts as S
+
+REPO = Path(__file__).resolve().parents[2]
+LEASE = REPO / "reports" / "examples" / "kimi-rank-h200-one-lease"
+
+
+def test_the_interval_over_starts_is_t_on_logs():
+    out = S.over_starts([100.0, 110.0, 121.0])
+    logs = [math.log(v) for v in (100.0, 110.0, 121.0)]
+    mean, sd = sum(logs) / 3, 0.0953101798043249  # log 1.1 steps: sd of (0, l, 2l) = l
+    assert out.estimate == pytest.approx(110.0)
+    half = stats.t.ppf(0.975, 2) * sd / math.sqrt(3)
+    assert out.low == pytest.approx(math.exp(mean - half)) and out.high == pytest.approx(math.exp(mean + half))
+    assert out.low < out.estimate < out.high
+
+
+def test_one_start_is_insufficient_data():
+    out = S.over_starts([100.0], [0.02], [9])
+    assert out.estimate == pytest.approx(100.0) and out.low is None and out.verdict == "insufficient data"
+
+
+def test_starts_within_their_stated_precision_agree():
+    out = S.over_starts([100.0, 101.0, 99.5], [0.03, 0.03, 0.03], [9, 9, 9])
+    assert out.verdict == "consistent" and out.q_p > 0.5
+    assert out.beyond_cv == 0.0
+
+
+def test_starts_further_apart_than_their_precision_disagree_and_the_excess_is_sized():
+    out = S.over_starts([100.0, 114.0, 100.0, 114.0], [0.02] * 4, [9] * 4)
+    assert out.verdict == "starts disagree" and out.q_p < 0.001
+    assert 0.05 < out.beyond_cv < 0.09, "about half the 13% log gap, less the stated spread"
+
+
+def test_a_start_without_precision_weighs_nothing_in_the_agreement():
+    out = S.over_starts([100.0, 150.0, 101.0], [0.02, None, 0.02], [9, None, 9])
+    assert out.verdict == "consistent", "the start without precision (a short one) cannot disagree"
+    assert out.estimate == pytest.approx((100.0 * 150.0 * 101.0) ** (1 / 3)), "it still counts in the estimate"
+
+
+@pytest.fixture(scope="module")
+def two_starts(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("starts")
+    for k in (1, 2):
+        shutil.copytree(LEASE / f"lease-{k}", root / f"start-{k}")
+    return root
+
+
+def test_the_committed_one_lease_pair_flags_no_spec_and_not_flashmla(two_starts):
+    summary = S.summarize_starts(two_starts)
+    assert summary["starts"] == ["start-1", "start-2"]
+    by_label = {p["label"]: p for p in summary["points"]}
+    nospec = next(p for label, p in by_label.items() if label.startswith("no-spec"))
+    flash = next(p for label, p in by_label.items() if label.startswith("FLASHMLA"))
+    assert nospec["output_throughput"]["verdict"] == "starts disagree", "11-14% apart at +-2%"
+    assert flash["output_throughput"]["verdict"] == "consistent"
+    assert "speedup" not in nospec, "k = 0 has no speedup over itself"
+    sp = flash["speedup"]
+    assert sp["low"] < sp["estimate"] < sp["high"] and len(sp["values"]) == 2
+
+
+def test_the_starts_report_leads_with_the_answer(two_starts):
+    paths = S.build_starts_report(two_starts)
+    text = paths["starts_md"].read_text()
+    lines = text.splitlines()
+    assert lines[0] == "# Over 2 server starts"
+    assert lines[2].startswith("1 of 3 points differ between starts") and "no-spec" in lines[2]
+    assert "## Noise budget (CV)" in text
+    assert paths["starts_png"].stat().st_size > 10_000
+    assert S.start_dirs(two_starts) == [two_starts / "start-1", two_starts / "start-2"]
