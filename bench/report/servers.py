@@ -29,13 +29,18 @@ LOG_FIGURES: dict[str, re.Pattern[str]] = {
     "max_concurrency": re.compile(r"Maximum concurrency for ([\d,]+ tokens per request: [\d.]+x)"),
 }
 _START = "# bench: "  # bench.server's first line of each start in the log
+# torch.compile in one start: it compiled a graph, or loaded them from vLLM's compile cache (a start's speed could
+# depend on which: docs/measurement.md); neither line: eager, or a start that died first
+COMPILED = re.compile(r"Compiling a graph for ")
+CACHE_LOADED = re.compile(r"Directly load (?:AOT compilation|the compiled graph)")
 
-SERVER_COLUMNS = ["engine", "engine_id", "starts", "ready_s", *LOG_FIGURES]
+SERVER_COLUMNS = ["engine", "engine_id", "starts", "ready_s", "torch_compile", *LOG_FIGURES]
 #: column -> header, for summary.md and report.html (values are shown as logged: text)
 SERVER_HEADERS = {
     "engine": "engine config",
     "starts": "starts",
     "ready_s": "ready s (each start)",
+    "torch_compile": "torch.compile",
     "model_gib": "model GiB",
     "load_s": "load s",
     "init_s": "engine init s",
@@ -73,6 +78,7 @@ def server_table(sweep_dir: Path, records: dict[str, PointRecord]) -> pd.DataFra
                 "engine_id": engine_id,
                 "starts": len(starts),
                 "ready_s": "/".join(f"{ready[t]:.0f}" for t in sorted(ready, key=str)) or None,
+                "torch_compile": _values([[state] if (state := compile_state(start)) else [] for start in starts]),
                 **{
                     column: _values([pattern.findall(start) for start in starts])
                     for column, pattern in LOG_FIGURES.items()
@@ -81,6 +87,19 @@ def server_table(sweep_dir: Path, records: dict[str, PointRecord]) -> pd.DataFra
         )
     df = pd.DataFrame(rows, columns=SERVER_COLUMNS)
     return df.sort_values(["engine", "engine_id"], kind="stable").reset_index(drop=True)
+
+
+def compile_state(start_log: str) -> str | None:
+    """How torch.compile ran in one start's log: "compiled" (it compiled at least one graph), "cache-loaded" (it
+    loaded them from vLLM's compile cache and compiled none), None (neither logged)."""
+    if COMPILED.search(start_log):
+        return "compiled"
+    return "cache-loaded" if CACHE_LOADED.search(start_log) else None
+
+
+def last_start(text: str) -> str:
+    """The last start of a server log (a resumed sweep appends its starts to one log)."""
+    return _starts(text)[-1]
 
 
 def _starts(text: str) -> list[str]:

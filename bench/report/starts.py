@@ -30,8 +30,10 @@ from scipy import stats
 
 from bench.fmt import fmt
 from bench.report.analysis import enrich
+from bench.report.servers import server_table
 from bench.report.speedup import speedups
 from bench.report.tables import points_table
+from bench.store import SweepStore
 
 START_DIR = re.compile(r"^start-(\d+)$")
 CONFIDENCE = 0.95
@@ -112,6 +114,9 @@ def starts_table(root: Path) -> tuple[pd.DataFrame, list[Path]]:
         sp = speedups(points) if "num_speculative_tokens" in points else pd.DataFrame()
         if len(sp):
             points = points.merge(sp, on="point_id", how="left")
+        servers = server_table(d, SweepStore(d).records())
+        compiled = dict(zip(servers.engine_id, servers.torch_compile))
+        points["torch_compile"] = [compiled.get(e) for e in points.engine_id]
         frames.append(points.assign(start=int(START_DIR.match(d.name).group(1))))  # type: ignore[union-attr]
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), dirs
 
@@ -171,6 +176,9 @@ def _interval(o: dict, spec: str) -> str:
     return f"[{fmt(o['low'], spec)}, {fmt(o['high'], spec)}]"
 
 
+_COMPILE_MARK = {"compiled": " c", "cache-loaded": " l"}  # how torch.compile ran in that start's server
+
+
 def _p(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.3f}" if p < 0.01 else f"{p:.2f}"
 
@@ -208,8 +216,8 @@ def starts_markdown(summary: dict) -> str:
     for p in points:
         o = p["output_throughput"]
         per = " / ".join(
-            f"{fmt(v, ',.1f')} ({'short' if s in p['short_starts'] else _pct(h)})"
-            for v, h, s in zip(o["values"], o["halfwidths"], p["starts"])
+            f"{fmt(v, ',.1f')} ({'short' if s in p['short_starts'] else _pct(h)}){_COMPILE_MARK.get(c, '')}"
+            for v, h, s, c in zip(o["values"], o["halfwidths"], p["starts"], p["torch_compile"])
         )
         agree = o["verdict"] + (f", p {_p(o['q_p'])}" if o["q_p"] is not None else "")
         sp = p.get("speedup")
@@ -237,7 +245,8 @@ def starts_markdown(summary: dict) -> str:
         "the starts weighted by their stated precision. Beyond stated: the starts' spread less their stated "
         "variances (DerSimonian-Laird). Speedups: the point over its k = 0 baseline on each start's servers, paired "
         "by start. A short start (fewer than 3 whole cycles) states no precision and carries no weight in the "
-        "agreement test.",
+        "agreement test. c / l after a start's figure: its server compiled its torch.compile graphs / loaded them "
+        "from the compile cache (nothing: eager, or not logged).",
         "",
     ]
     return "\n".join(lines)
