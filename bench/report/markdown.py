@@ -132,11 +132,14 @@ def _served_line(ok: pd.DataFrame) -> list[str]:
 
 
 WINDOW_NOTE = (
-    "`window` steady: output tok/s, TPOT, ITL and step are measured over the span in which all C requests were in "
-    "flight and decoding (ramp-up and drain left out; docs/measurement.md); the `+-` after output tok/s is the 95% "
-    "confidence half-width of the steady tok/s from sub-windows, the `TPOT +-` that of the steady span's mean TPOT "
-    "(the p50 beside it has no interval of its own); `whole-window tok/s` is first send to last end, ramp-up and "
-    "drain included. `window` whole: no steady span (an open-loop arrival, or too few requests): the whole window."
+    "`window` steady: output tok/s is tokens over time of the whole cycles of the closed loop (C completions each) "
+    "inside the span in which all C requests were in flight and decoding, and TPOT, ITL and step are over that span "
+    "(ramp-up and drain left out; docs/measurement.md); the `+-` after output tok/s is the 95% confidence "
+    "half-width of that ratio over the same whole cycles (the point's blocks as units from 3 blocks on, each started "
+    "at its own random phase; else whole-cycle sub-windows), the `TPOT +-` that of the steady mean TPOT (the p50 "
+    "beside it has no interval of its own); `short: n cycles`: fewer than 3 whole cycles, no precision stated; "
+    "`whole-window tok/s` is first send to last end, ramp-up and drain included. `window` whole: no steady span (an "
+    "open-loop arrival, or too few requests): the whole window."
 )
 
 

@@ -41,7 +41,7 @@ POINT_COLUMNS = [
     "window",  # "steady": the headline figures are the steady span's (bench.window); "whole": the whole window's
     "output_throughput",
     "output_throughput_whole",  # over the whole measured window (ramp-up and drain included), labelled apart
-    "throughput_halfwidth",  # relative 95% half-width of the steady output tok/s (sub-window batch means)
+    "throughput_halfwidth",  # relative 95% half-width of the steady output tok/s (ratio over whole cycles)
     "tpot_halfwidth",
     "step_p50_ms",  # the engine's step in the steady span: the gap between a request's successive chunks
     "steady_fraction",  # the steady span's share of the measured window
