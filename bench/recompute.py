@@ -69,8 +69,14 @@ def _reread_effective(root: Path, record: dict) -> None:
     effective.update(
         {k: v for k, v in old.items() if effective.get(k) is None and v is not None}
     )  # metrics-only fields
+    # the executor's own flags (queueing, prefix-cache hits...) share `mismatch` with the effective configuration's
+    # differences: keep those, and derive only the configuration's again (they were dropped before 2026-12-07)
+    before = mismatches(record["config"]["engine"], old) if old else []
+    flags = [m for m in record.get("mismatch") or [] if m not in before]
     record["effective"] = effective
-    record["mismatch"] = mismatches(record["config"]["engine"], effective)
+    record["mismatch"] = mismatches(record["config"]["engine"], effective) + [
+        m for m in flags if m not in mismatches(record["config"]["engine"], effective)
+    ]
 
 
 def _reclassify(root: Path, record: dict) -> bool:

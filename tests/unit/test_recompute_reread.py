@@ -42,3 +42,17 @@ def test_an_ok_point_gets_the_kv_cache_size_from_its_log(tmp_path):
         for p in (run / "points").glob("*.json")
     }
     assert tokens == {1: 1_317_696, 4: 5_304_064}
+
+
+def test_the_executors_flags_survive_a_recompute(tmp_path):
+    """`mismatch` holds the effective configuration's differences and the executor's flags (queueing, prefix-cache
+    hits...): a recompute derives the first again and keeps the second (it dropped them before 2026-12-07)."""
+    run = shutil.copytree(DATA / "sweep", tmp_path / "sweep")
+    path = next((run / "points").glob("*.json"))
+    record = json.loads(path.read_text())
+    flag = "contaminated: queueing (a scripted flag)"
+    record["mismatch"] = [*record.get("mismatch", []), flag]
+    path.write_text(json.dumps(record))
+    recompute(run)
+    again = json.loads(path.read_text())
+    assert flag in again["mismatch"] and again["mismatch"].count(flag) == 1
