@@ -30,6 +30,7 @@ num_speculative_tokens = [3]
 num_prompts = 4
 warmup_prompts = 1
 stall_timeout_s = 10
+repeat = 1  # one block: the dataset below is sized for one pass of the notes point
 [workloads.notes]
 dataset = { kind = "jsonl", path = "JSONL" }
 sampling = { temperature = 0, max_tokens = 6 }
