@@ -404,7 +404,7 @@ def caveats(
         out.append(
             Caveat(
                 "emulated DCP ranks",
-                f"DCP \"{dcp_emulation.LABEL}\" points: one rank of a DCP-N deployment emulated on one GPU; their "
+                f'DCP "{dcp_emulation.LABEL}" points: one rank of a DCP-N deployment emulated on one GPU; their '
                 "speedup is over their own emulated no-spec point.",
             )
         )
@@ -709,3 +709,18 @@ GOODPUT_NOTE = (
     "Goodput under {slo}: per request, as `vllm bench serve --goodput` counts it (a request is good when every target "
     "holds for it); good requests and their output tokens per second over each point's steady span (its whole window where it has none)."
 )
+
+
+def starts_estimates(summary: dict) -> dict[str, Estimate]:
+    """Per point, the estimate over server starts of bench.report.starts.summarize_starts (a folder of `sweep
+    --starts N`): the geometric mean of the starts' tok/s and its t interval, labelled between_starts(n); a point
+    with no interval over its starts (fewer than 2) gets none (no precision), never its one start's."""
+    out = {}
+    for p in summary.get("points", []):
+        tp = p.get("output_throughput") or {}
+        value, low, high, n = tp.get("estimate"), tp.get("low"), tp.get("high"), len(p.get("starts") or [])
+        if value is None or not value > 0:
+            continue
+        stated = low is not None and high is not None and n >= 2
+        out[p["point_id"]] = Estimate(value, low, high, between_starts(n)) if stated else Estimate(value)
+    return out

@@ -315,3 +315,27 @@ def test_the_default_cpu_sweep_opens_with_what_it_found(tmp_path):
         "Across 2 shapes (tiny model, on CPU, zero-final-norm weights, one server start each), CPU_MLA/auto draft "
         "k=3 served 135.8-262.2 output tok/s; no no-spec (k = 0) point ran, so no speedup is stated."
     )
+
+
+def test_estimates_over_starts_feed_the_view():
+    summary = {
+        "points": [
+            {
+                "point_id": "base",
+                "starts": [1, 2, 3],
+                "output_throughput": {"estimate": 100.0, "low": 95.0, "high": 105.0},
+            },
+            {
+                "point_id": "a",
+                "starts": [1, 2, 3],
+                "output_throughput": {"estimate": 125.0, "low": 120.0, "high": 130.0},
+            },
+            {"point_id": "b", "starts": [1], "output_throughput": {"estimate": 90.0, "low": None, "high": None}},
+        ]
+    }
+    found = D.starts_estimates(summary)
+    assert found["a"] == D.Estimate(125.0, 120.0, 130.0, "between 3 starts") and not found["b"].stated
+    pts = [point("base", 0, 101.0), point("a", 3, 124.0), point("b", 2, 91.0)]
+    (row,) = D.decision_rows(pd.DataFrame(pts), found)
+    assert row.best.point_id == "a" and row.best.speedup.label == "between 3 starts" and row.left_out == 1
+    assert row.best.speedup.value == pytest.approx(1.25) and row.best.speedup.verdict == "faster"
