@@ -199,7 +199,7 @@ def config_label(row) -> str:
     k = int(row.num_speculative_tokens)
     parts = ["no-spec" if k == 0 else f"{row.draft_attention_backend}/{row.draft_kv_cache_dtype} draft k={k}"]
     emulated = getattr(row, "dcp_emulated", None)
-    if not is_missing(emulated):
+    if emulated is not None and not is_missing(emulated):
         parts.append(f"DCP {int(emulated)} ({dcp_emulation.LABEL})")
     elif not is_missing(row.dcp_size) and int(row.dcp_size) > 1:
         parts.append(f"DCP {int(row.dcp_size)}")
@@ -441,11 +441,11 @@ def caveats(
         )
     flagged = ok[ok.mismatch.notna()] if "mismatch" in ok else ok.iloc[:0]
     if len(flagged):
-        names = ", ".join(sorted({f"{config_label(r)} at {shape_label(r)}" for r in flagged.itertuples()}))
+        which = ", ".join(sorted({f"{config_label(r)} at {shape_label(r)}" for r in flagged.itertuples()}))
         out.append(
             Caveat(
                 _n(len(flagged), "flagged point"),
-                f"{_n(len(flagged), 'point')} ran otherwise than asked ({names}); see the effective configuration.",
+                f"{_n(len(flagged), 'point')} ran otherwise than asked ({which}); see the effective configuration.",
             )
         )
     dirty = ok[ok.contamination.notna()] if "contamination" in ok else ok.iloc[:0]
@@ -470,7 +470,7 @@ def _range(values: pd.Series, spec: str) -> str:
 
 
 def _starts_caveat(ok: pd.DataFrame, servers: pd.DataFrame | None, estimates: Mapping[str, Estimate]) -> Caveat:
-    labels = {e.label for pid, e in estimates.items() if pid in set(ok.point_id) and e.stated}
+    labels = {e.label for pid, e in estimates.items() if pid in set(ok.point_id) and e.stated and e.label}
     starts = pd.to_numeric(servers.starts, errors="coerce").dropna() if servers is not None and len(servers) else None
     if starts is None or not len(starts):
         short, counted = "server starts unknown", "Server starts not known (no server log)"
