@@ -622,7 +622,9 @@ def sentences(view: DecisionView) -> list[str]:
             )
         elif row.not_run:
             parts.append(f"At {row.shape}, no point ran{_not_run(row)}.")
-        if row.goodput is not None and view.slo is not None:
+        if row.goodput is not None and view.slo is not None and row.goodput.good == 0:
+            parts.append(f"Under {view.slo.label}, no request at this shape met every target.")
+        elif row.goodput is not None and view.slo is not None:
             g = row.goodput
             parts.append(
                 f"Under {view.slo.label}, {g.config} has the highest goodput: {g.requests_s:,.2f} req/s, "
@@ -661,7 +663,13 @@ def table_frame(view: DecisionView) -> pd.DataFrame:
         }
         if view.slo is not None:
             g = row.goodput
-            cells["goodput"] = f"{g.config}: {g.requests_s:,.2f} req/s, {g.output_s:,.1f} tok/s" if g else None
+            cells["goodput"] = (
+                None
+                if g is None
+                else "no request met the targets"
+                if g.good == 0
+                else f"{g.config}: {g.requests_s:,.2f} req/s, {g.output_s:,.1f} tok/s"
+            )
         records.append(cells)
     columns = [c for c in TABLE_HEADERS if c != "goodput" or view.slo is not None]
     return pd.DataFrame(records, columns=columns)

@@ -221,6 +221,10 @@ def test_goodput_names_the_configuration_with_most_good_requests_per_shape():
     assert (g.point_id, g.requests_s, g.good, g.counted) == ("b", 2.5, 25, 26)
     assert "Under TTFT <= 2 s, TPOT <= 50 ms, FLASHMLA/fp8 draft k=2 has the highest goodput" in view.sentences[1]
     assert list(D.table_frame(view).columns)[-1] == "goodput"
+    none_good = good.assign(goodput_requests_s=0.0, goodput_output_s=0.0, good_requests=0)
+    nothing = D.build_view(pd.DataFrame(pts), goodput=none_good, slo=slo)
+    assert "no request at this shape met every target" in nothing.sentences[1]
+    assert D.table_frame(nothing).goodput.iloc[0] == "no request met the targets"
     no_slo = D.build_view(pd.DataFrame(pts), goodput=good)  # no SLO: no goodput shown
     assert no_slo.rows[0].goodput is None and "goodput" not in D.table_frame(no_slo)
 
