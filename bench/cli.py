@@ -113,7 +113,9 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from bench.report.build import build_report
+    from bench.slo import parse_slo
 
+    slo = parse_slo(args.slo) if args.slo else None  # checked before anything is recomputed or written
     if args.recompute and (args.sweep_dir / "manifest.json").exists():
         from bench.recompute import recompute
 
@@ -126,7 +128,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             from bench.recompute import recompute
 
             print(f"{sweep_dir.name}: recomputed {len(recompute(sweep_dir))} point(s) from their raw records")
-        for name, path in build_report(sweep_dir, None if starts else args.out).items():
+        for name, path in build_report(sweep_dir, None if starts else args.out, slo).items():
             print(f"{name}: {path}")
     if starts:
         for name, path in build_starts_report(args.sweep_dir).items():

@@ -319,6 +319,12 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     report.add_argument("sweep_dir", type=Path)
     report.add_argument("--out", type=Path, help="where to write (default: SWEEP_DIR/report)")
     report.add_argument(
+        "--slo",
+        metavar="TARGETS",
+        help="service-level targets per request, e.g. ttft=2s,tpot=50ms (ttft, tpot, e2el; a bare number is ms): the "
+        "report names per shape the configuration with the highest goodput (over the profile's [report] slo)",
+    )
+    report.add_argument(
         "--recompute",
         action="store_true",
         help="first recompute each point's figures from its raw records with this bench's metric code",

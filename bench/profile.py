@@ -21,6 +21,7 @@ from bench.errors import BenchError
 from bench.kimi_rank import is_kimi_rank, parse_spec
 from bench.run_options import Run
 from bench.schema import Strict
+from bench.slo import Slo
 from bench.workloads.arrival import Arrival
 from bench.workloads.point import RANDOM, Sampling
 from bench.workloads.spec import parse_source
@@ -247,6 +248,13 @@ class Hardware(Strict):
     arch: str | None = None  # e.g. "sm90"; constraints use it
 
 
+class ReportOptions(Strict):
+    """`[report]`: how `bench report` reads the results. `slo`: per-request service-level targets (bench.slo); with
+    them the report names, per shape, the configuration with the highest goodput (`bench report --slo` overrides)."""
+
+    slo: Slo | None = None
+
+
 class Profile(Strict):
     name: str = Field(pattern=r"\S")  # names results folders and reports: not empty, not only blanks
     description: str = ""
@@ -257,6 +265,7 @@ class Profile(Strict):
     acceptance: Acceptance = Acceptance()
     run: Run = Run()
     hardware: Hardware | None = None
+    report: ReportOptions = ReportOptions()
     workloads: dict[str, WorkloadTable] = {}  # none: the random workload at axes.shapes
     source: str = ""  # the file it came from
 

@@ -20,6 +20,7 @@ from bench.profiling.step_shares import RANGE_COLUMNS, CaptureShares, shares_of
 from bench.records import Effective, EffectiveModel, PointRecord
 from bench.report.categories import category_table, has_workloads
 from bench.report.dcp_view import dcp_rows
+from bench.report.decision import DecisionView, sweep_view
 from bench.report.roofline import model_configs
 from bench.report.roofline_check import step_facts
 from bench.report.roofline_points import roofline
@@ -401,11 +402,17 @@ class ReportData:
     categories: pd.DataFrame = field(default_factory=pd.DataFrame)  # acceptance per workload and category
     dcp: pd.DataFrame = field(default_factory=pd.DataFrame)  # the DCP view (bench.report.dcp_view)
     servers: pd.DataFrame = field(default_factory=pd.DataFrame)  # start-up and memory (bench.report.servers)
+    decision: DecisionView | None = None  # the view the page opens with (bench.report.decision)
 
 
-def collect(sweep_dir: Path, points: pd.DataFrame | None = None, servers: pd.DataFrame | None = None) -> ReportData:
-    """Every table of the report; `points`, `servers`: an already read points_table / server_table of the same
-    directory."""
+def collect(
+    sweep_dir: Path,
+    points: pd.DataFrame | None = None,
+    servers: pd.DataFrame | None = None,
+    view: DecisionView | None = None,
+) -> ReportData:
+    """Every table of the report; `points`, `servers`, `view`: an already read points_table / server_table / built
+    decision view of the same directory."""
     sweep_dir = Path(sweep_dir)
     manifest = SweepStore(sweep_dir).manifest()
     df = enrich(points_table(sweep_dir) if points is None else points, point_extras(sweep_dir))
@@ -413,6 +420,8 @@ def collect(sweep_dir: Path, points: pd.DataFrame | None = None, servers: pd.Dat
     models = model_configs(sweep_dir)
     roof, inputs, notes = roofline(df, manifest, models, step_facts(sweep_dir))
     profiling = profiling_tables(sweep_dir)
+    if servers is None:
+        servers = server_table(sweep_dir, SweepStore(sweep_dir).records())
     return ReportData(
         sweep_dir=sweep_dir,
         manifest=manifest,
@@ -433,5 +442,6 @@ def collect(sweep_dir: Path, points: pd.DataFrame | None = None, servers: pd.Dat
         step_shares=nvtx_step_shares(profiling),
         categories=category_table(df),
         dcp=dcp_rows(df, models),
-        servers=server_table(sweep_dir, SweepStore(sweep_dir).records()) if servers is None else servers,
+        servers=servers,
+        decision=view or sweep_view(sweep_dir, df, servers),
     )

@@ -28,6 +28,7 @@ from bench.report.analysis import LATENCY_METRICS, ReportData
 from bench.report.categories import html_columns
 from bench.report.dcp_view import COLUMNS as DCP_COLUMNS
 from bench.report.dcp_view import NOTE as DCP_NOTE
+from bench.report.decision import GOODPUT_NOTE, TABLE_HEADERS, DecisionView, table_frame
 from bench.report.servers import SERVER_HEADERS, SERVER_NOTE
 from bench.report.speedup import WITHIN_START, page_notes
 from bench.report.speedup import stated as speedup_stated
@@ -221,9 +222,35 @@ def axes_columns(data: ReportData, extra: Columns) -> dict:
     return {"label": ("point", None), **varied, **extra}
 
 
+VERDICT_CLASS = {"faster": "good", "slower": "bad", "inconclusive": "warn"}
+
+
+def decision_context(view: DecisionView | None) -> dict | None:
+    """The page's opening view (bench.report.decision): its sentences, caveats and narrow table, as text."""
+    if view is None or not view.rows:
+        return None
+    frame = table_frame(view)
+    return {
+        "sentences": view.sentences,
+        "caveats": [c.text for c in view.caveats],
+        "table": table(
+            frame,
+            {c: (TABLE_HEADERS[c], None) for c in frame.columns},
+            cell_class=lambda c, v: VERDICT_CLASS.get(str(v)) if c.endswith("verdict") else None,
+            table_id="decision-table",
+        ),
+        "goodput_note": GOODPUT_NOTE.format(slo=view.slo.label) if view.slo is not None else None,
+    }
+
+
+def _best_ids(view: DecisionView | None) -> set[str]:
+    """The points the decision view names best at their shape (highlighted in the results table)."""
+    return {row.best.point_id for row in view.rows if row.best is not None} if view is not None else set()
+
+
 def point_tables(data: ReportData) -> dict[str, dict]:
     """The tables with one row per point: results, latency, Pareto, acceptance, heatmap cells."""
-    best = data.counts["best_label"]
+    best = _best_ids(data.decision)
     par = data.pareto
     optimal = {True: "optimal", False: ""}
     shown = par.assign(pareto_user=par.pareto_user.map(optimal), pareto_tpot=par.pareto_tpot.map(optimal))
@@ -242,7 +269,7 @@ def point_tables(data: ReportData) -> dict[str, dict]:
         "results": table(
             result_fields.with_precision(ok),
             axes_columns(data, {**result_fields.html_columns(ok), **speedup}),  # bench/report/result_fields.py
-            row_class=lambda r: "best" if r["label"] == best else None,
+            row_class=lambda r: "best" if r["point_id"] in best else None,
             table_id="results",
         ),
         "latency": table(data.latency, LATENCY_COLUMNS, table_id="latency"),
@@ -385,8 +412,8 @@ def page_context(data: ReportData, images: Mapping[str, bytes | None]) -> dict:
         "machine": p["machine"],
         "counts": c,
         "varied": [AXIS_LONG.get(a) or axis_name(a) for a in c["varied"]],
-        "best_label": c["best_label"],
-        "best_output_throughput": fmt(c["best_output_throughput"], ",.1f"),
+        "any_ok": bool(c["ok"]),
+        "decision": decision_context(data.decision),
         "lens_vary": any(a in c["varied"] for a in ("input_len", "output_len")),
         "synthetic": "synthetic" in set(data.points.acceptance_mode.dropna()),
         "images": {name: base64.b64encode(png).decode() for name, png in images.items() if png is not None},

@@ -6,6 +6,7 @@ import pandas as pd
 
 from bench import axes as server_axes
 from bench.fmt import fmt, md_rows
+from bench.report import decision
 from bench.report.categories import category_markdown, has_workloads
 from bench.report.dcp_view import dcp_markdown
 from bench.report.result_fields import markdown_columns, with_precision
@@ -61,9 +62,17 @@ def _result_columns(points: pd.DataFrame) -> dict[str, tuple[str, int]]:
 
 
 def summary_markdown(
-    points: pd.DataFrame, prov: dict, models: dict | None = None, servers: pd.DataFrame | None = None
+    points: pd.DataFrame,
+    prov: dict,
+    models: dict | None = None,
+    servers: pd.DataFrame | None = None,
+    view: decision.DecisionView | None = None,
 ) -> str:
+    """summary.md: the decision view first (`view`: bench.report.decision.build_view's; built from the records'
+    within-start precision when not given), then the counts, the wide results table and the rest."""
     points = with_speedups(points)  # over the k = 0 baseline, when the sweep has one
+    if view is None:
+        view = decision.build_view(points, servers, prov.get("machine"))
     ok = points[points.status == "ok"]
     bad = points[points.status != "ok"].copy()
     bad["detail"] = bad["detail"].map(
@@ -72,6 +81,7 @@ def summary_markdown(
     lines = [
         f"# Sweep `{prov['profile']}`",
         "",
+        *decision.markdown(view, md_table),
         f"{len(ok)} ok, {int((points.status == 'failed').sum())} failed, "
         f"{int((points.status == 'skipped').sum())} skipped.",
         "",

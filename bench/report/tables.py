@@ -50,6 +50,8 @@ POINT_COLUMNS = [
     "precision_units",  # the units the +- is computed over (blocks or whole-cycle sub-windows)
     "within_block_cv",  # sub-windows about their block's rate (bench.window.precision)
     "between_block_cv",  # a start's blocks, each at its own phase, about the headline
+    "target",  # the target model as the profile named it ("tiny", "kimi-rank:tp=8,...", a model id)
+    "weights",  # "dummy", "zero-final-norm" or "real"
     "prefix_cache_hit_rate",
     "served_token_ratio",  # vLLM's generated tokens / the client's received ones over the windows (1: they agree)
     "tpot_client_over_vllm",  # the client's mean TPOT / vLLM's (request_time_per_output_token) over the windows
@@ -151,6 +153,8 @@ def point_row(p: PointRecord) -> dict:
         "precision_units": precision.sub_windows,
         "within_block_cv": precision.within_block_cv,
         "between_block_cv": precision.between_block_cv,
+        "target": eng.target,
+        "weights": eng.weights,
         "prefix_cache_hit_rate": p.cache.prefix_cache_hit_rate if p.cache else None,
         "served_token_ratio": p.served.token_ratio if p.served else None,
         **_client_against_vllm(p.served),

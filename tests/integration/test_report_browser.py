@@ -138,3 +138,47 @@ def test_screenshot_is_not_blank(report, tmp_path):
     assert ink[3000:].mean() > 0.01  # the plots further down rendered too
     if os.environ.get("BENCH_REPORT_SCREENSHOT"):
         shutil.copyfile(png, os.environ["BENCH_REPORT_SCREENSHOT"])
+
+
+KIMI_EXAMPLE = REPO / "reports" / "examples" / "kimi-rank-h200-one-lease" / "lease-1"
+FIRST_SCREEN = (1400, 900)  # px: a laptop's browser window
+MEASURE = """<script>
+window.addEventListener('load', () => {
+  const w = window.innerWidth, h = window.innerHeight, b = document.body;
+  const view = document.getElementById('decision');
+  const table = document.getElementById('decision-table');
+  const wrap = table ? table.parentElement : null;
+  const cell = table ? table.querySelector('tbody tr td:nth-child(2)') : null;
+  const precision = table ? table.querySelector('tbody tr td:nth-child(3)') : null;
+  const onScreen = (el) => { if (!el) return '0'; const r = el.getBoundingClientRect();
+    return (r.top >= 0 && r.bottom <= h && r.left >= 0 && r.right <= w) ? '1' : '0'; };
+  b.setAttribute('data-page-fits', document.documentElement.scrollWidth <= w ? '1' : '0');
+  b.setAttribute('data-table-fits', wrap && wrap.scrollWidth <= wrap.clientWidth ? '1' : '0');
+  b.setAttribute('data-view-top', view ? String(Math.round(view.getBoundingClientRect().top)) : '');
+  b.setAttribute('data-lead-on-screen', onScreen(view ? view.querySelector('p.lead') : null));
+  b.setAttribute('data-best-on-screen', onScreen(cell));
+  b.setAttribute('data-best', cell ? cell.textContent : '');
+  b.setAttribute('data-precision-on-screen', onScreen(precision));
+  b.setAttribute('data-precision', precision ? precision.textContent : '');
+});
+</script>"""
+
+
+def test_the_decision_view_is_on_the_first_screen_without_horizontal_scrolling(tmp_path):
+    """A Kimi-rank example's report.html at 1400 px: the decision view, its best configuration and that one's
+    precision are within the first screen, and neither the page nor the decision table scrolls sideways."""
+    html = build_report(KIMI_EXAMPLE, tmp_path / "report")["html"]
+    page = tmp_path / "measured.html"
+    page.write_text(html.read_text().replace("</body>", MEASURE + "\n</body>"))
+    width, height = FIRST_SCREEN
+    out = chromium(
+        tmp_path, f"--window-size={width},{height}", "--virtual-time-budget=10000", "--dump-dom", page.as_uri()
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    body = Dom(out.stdout).body
+    assert body.get("data-best") == "FLASHMLA/fp8 draft k=3", body
+    assert body.get("data-precision") == "1.24x [1.20, 1.29] within one start", body
+    assert body.get("data-page-fits") == "1" and body.get("data-table-fits") == "1", body
+    assert int(body.get("data-view-top") or 10**6) < height, body
+    assert body.get("data-lead-on-screen") == "1", body
+    assert body.get("data-best-on-screen") == "1" and body.get("data-precision-on-screen") == "1", body

@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "tests" / "data" / "results" / "tiny-gpu-h200"  # a copy of reports/examples/tiny-gpu-h200
 BLOCK64 = REPO / "tests" / "data" / "results" / "tiny-block64-gpu-h200"
 SECTIONS = [
+    "decision",  # the opening view (bench.report.decision)
     "results",
     "throughput",
     "latency",
@@ -515,9 +516,10 @@ def make_dir(root: Path, records: list[dict], **kw) -> Path:
     return root
 
 
-def check_page(paths: dict, expect_imgs: int | None = None) -> Page:
+def check_page(paths: dict, expect_imgs: int | None = None, decision: bool = True) -> Page:
+    """`decision`: whether the page opens with the decision view (no point ran: nothing to decide, no view)."""
     page = Page(paths["html"].read_text())
-    assert page.sections == SECTIONS
+    assert page.sections == (SECTIONS if decision else SECTIONS[1:])
     assert all(im["src"].startswith("data:image/png;base64,") for im in page.imgs)
     if expect_imgs is not None:
         assert len(page.imgs) == expect_imgs
@@ -614,7 +616,7 @@ def test_single_point_and_no_points(tmp_path):
     assert data.pareto.pareto_user.tolist() == [True] and data.pareto.pareto_tpot.tolist() == [True]
     assert len(data.roofline) == 1 and data.roofline.fraction_of_max.iloc[0] > 0
     empty = make_dir(tmp_path / "none", [])
-    check_page(build_report(empty), expect_imgs=0)
+    check_page(build_report(empty), expect_imgs=0, decision=False)
 
 
 def test_the_page_shows_the_measured_copy_ceiling_beside_the_datasheet(tmp_path):
@@ -706,7 +708,7 @@ def test_nvtx_section_from_profile_tables(tmp_path):
     summary = data.nvtx[0][1].set_index("name")
     assert summary.loc["draft", "count"] == 3 and summary.loc["verify", "cpu_ns_total"] == 150
     page = Page(render_html(data, draw_all(data)))
-    assert page.sections == SECTIONS[:7] + ["nvtx"] + SECTIONS[7:]
+    assert page.sections == SECTIONS[:8] + ["nvtx"] + SECTIONS[8:]
     assert any(im["data-plot"] == "nvtx0" for im in page.imgs)
 
 
