@@ -248,10 +248,13 @@ def decision_rows(
     points: pd.DataFrame,
     estimates: Mapping[str, Estimate] | None = None,
     goodput: pd.DataFrame | None = None,
+    paired: Mapping[str, Speedup] | None = None,
 ) -> list[DecisionRow]:
     """The decision rows of a points table (bench.report.tables.points_table, any status), one per shape in first
     appearance order. `estimates`: per point id (default: record_estimates); `goodput`: bench.report.goodput's
-    table, or None without an SLO."""
+    table, or None without an SLO; `paired`: per point id, a speedup measured as such (over server starts, paired by
+    start: bench.report.starts) that replaces the two estimates' combination."""
+    paired = paired or {}
     estimates = record_estimates(points) if estimates is None else estimates
     ok = points[points.status == "ok"]
     base_of: dict[str, str] = {}
@@ -281,6 +284,8 @@ def decision_rows(
                 speedup = speedup_of(estimates[r.point_id], estimates[base.point_id])
                 if getattr(r, "window", None) != getattr(base, "window", None):  # not like for like: no interval
                     speedup = Speedup(float(getattr(r, "speedup_output", speedup.value)))
+            if r.point_id in paired:
+                speedup = paired[r.point_id]
             picks.append(Pick(config_label(r), r.point_id, estimates[r.point_id], speedup, _notes(r)))
         rows.append(_row(shape, members, picks, estimates, good, not_run.get(shape, 0)))
     return rows
@@ -500,10 +505,11 @@ def build_view(
     estimates: Mapping[str, Estimate] | None = None,
     goodput: pd.DataFrame | None = None,
     slo: Slo | None = None,
+    paired: Mapping[str, Speedup] | None = None,
 ) -> DecisionView:
     """The whole view of a points table: rows, caveats and sentences (summary.md and report.html render it)."""
     estimates = record_estimates(points) if estimates is None else estimates
-    rows = decision_rows(points, estimates, goodput if slo is not None else None)
+    rows = decision_rows(points, estimates, goodput if slo is not None else None, paired)
     view = DecisionView(rows, caveats(points, servers, machine, estimates), slo if goodput is not None else None)
     view.sentences.extend(sentences(view))
     return view
@@ -717,6 +723,20 @@ GOODPUT_NOTE = (
     "Goodput under {slo}: per request, as `vllm bench serve --goodput` counts it (a request is good when every target "
     "holds for it); good requests and their output tokens per second over each point's steady span (its whole window where it has none)."
 )
+
+
+def starts_speedups(summary: dict) -> dict[str, Speedup]:
+    """Per point, its speedup over k = 0 paired by start (bench.report.starts.summarize_starts): the geometric mean
+    of the per-start ratios and its t interval, labelled between_starts(n); none below 2 starts."""
+    out = {}
+    for p in summary.get("points", []):
+        sp = p.get("speedup") or {}
+        value, low, high, n = sp.get("estimate"), sp.get("low"), sp.get("high"), len(sp.get("values") or [])
+        if value is None or not value > 0:
+            continue
+        stated = low is not None and high is not None and n >= 2
+        out[p["point_id"]] = Speedup(value, low, high, between_starts(n)) if stated else Speedup(value)
+    return out
 
 
 def starts_estimates(summary: dict) -> dict[str, Estimate]:

@@ -29,7 +29,9 @@ import pandas as pd
 from scipy import stats
 
 from bench.fmt import fmt
+from bench.report import decision
 from bench.report.analysis import enrich
+from bench.report.markdown import md_table
 from bench.report.servers import server_table
 from bench.report.speedup import speedups
 from bench.report.tables import points_table
@@ -187,12 +189,31 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1%}"
 
 
-def starts_markdown(summary: dict) -> str:
-    """starts.md: the answer first (which points agree over starts), then the per-point table and noise budget."""
+def starts_view(root: Path, summary: dict) -> decision.DecisionView | None:
+    """The decision view over the starts: the last start's points table with every point's estimate over starts and
+    its speedup paired by start (bench.report.decision)."""
+    dirs = start_dirs(root)
+    if not dirs:
+        return None
+    points = points_table(dirs[-1])
+    servers = server_table(dirs[-1], SweepStore(dirs[-1]).records())
+    return decision.build_view(
+        points,
+        servers,
+        estimates=decision.starts_estimates(summary),
+        paired=decision.starts_speedups(summary),
+    )
+
+
+def starts_markdown(summary: dict, view: decision.DecisionView | None = None) -> str:
+    """starts.md: the decision view over starts first (`view`), then which points agree over starts, the per-point
+    table and the noise budget."""
     points = summary["points"]
     n = len(summary["starts"])
     disagree = [p for p in points if p["output_throughput"]["verdict"] == "starts disagree"]
     lines = [f"# Over {n} server start{'s' if n != 1 else ''}", ""]
+    if view is not None:
+        lines += [*decision.markdown(view, md_table), "## Do the starts agree?", ""]
     if not points:
         return "\n".join([*lines, "No ok point in any start.", ""])
     if n < 2:
@@ -292,7 +313,7 @@ def build_starts_report(root: Path) -> dict[str, Path]:
     summary = summarize_starts(root)
     paths = {"starts_json": root / "starts.json", "starts_md": root / "starts.md"}
     atomic_write_bytes(paths["starts_json"], (json.dumps(summary, indent=1, default=_json) + "\n").encode())
-    atomic_write_bytes(paths["starts_md"], starts_markdown(summary).encode())
+    atomic_write_bytes(paths["starts_md"], starts_markdown(summary, starts_view(root, summary)).encode())
     if (png := starts_figure(summary, root / "starts.png")) is not None:
         paths["starts_png"] = png
     return paths

@@ -76,7 +76,9 @@ def test_the_starts_report_leads_with_the_answer(two_starts):
     text = paths["starts_md"].read_text()
     lines = text.splitlines()
     assert lines[0] == "# Over 2 server starts"
-    assert lines[2].startswith("1 of 3 points differ between starts") and "no-spec" in lines[2]
+    assert "between 2 starts" in lines[2], "the decision view first, its figures over the starts"
+    agree = lines[lines.index("## Do the starts agree?") + 2]
+    assert agree.startswith("1 of 3 points differ between starts") and "no-spec" in agree
     assert "## Noise budget (CV)" in text
     assert paths["starts_png"].stat().st_size > 10_000
     assert S.start_dirs(two_starts) == [two_starts / "start-1", two_starts / "start-2"]
