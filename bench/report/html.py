@@ -69,6 +69,7 @@ LATENCY_COLUMNS: Columns = {
 }
 PARETO_COLUMNS: Columns = {
     "label": ("point", None),
+    "lengths": ("input / output", None),
     "output_throughput": ("output tok/s", ",.1f"),
     "per_user_output_throughput": ("tok/s/user", ",.1f"),
     "tpot_p50_ms": ("TPOT p50 ms", ".2f"),
@@ -387,7 +388,6 @@ def page_context(data: ReportData, images: Mapping[str, bytes | None]) -> dict:
         "varied": [AXIS_LONG.get(a) or axis_name(a) for a in c["varied"]],
         "best_label": c["best_label"],
         "best_output_throughput": fmt(c["best_output_throughput"], ",.1f"),
-        "lens_vary": any(a in c["varied"] for a in ("input_len", "output_len")),
         "synthetic": "synthetic" in set(data.points.acceptance_mode.dropna()),
         "images": {name: base64.b64encode(png).decode() for name, png in images.items() if png is not None},
         "tables": tables,
