@@ -8,7 +8,6 @@ it must agree with (the golden CSVs in tests/data check them together).
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,15 +108,17 @@ def lengths_label(row) -> str:
     for an emulated DCP rank (its own is the rank's share), TEXT_LENGTHS for a point without a fixed input length.
     Figures draw one panel per value and join no line across two."""
     full = getattr(row, "full_input_len", None)
-    inp = full if _known(full) else row.input_len
-    if not _known(inp):
+    inp = _known(full)
+    inp = inp if inp is not None else _known(row.input_len)
+    if inp is None:
         return TEXT_LENGTHS
-    out = row.output_len
-    return f"in {int(inp)} / out {int(out)}" if _known(out) else f"in {int(inp)}"
+    out = _known(row.output_len)
+    return f"in {inp} / out {out}" if out is not None else f"in {inp}"
 
 
-def _known(value) -> bool:
-    return isinstance(value, numbers.Real) and value == value
+def _known(value) -> int | None:
+    """A length as an int; None when missing (None, NaN) or not a number."""
+    return int(value) if isinstance(value, (int, float, np.integer, np.floating)) and value == value else None
 
 
 def _load_shape(row, lens_vary: bool) -> str:

@@ -17,10 +17,8 @@ from matplotlib.figure import Figure
 DPI = 100
 LINESTYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P", "*", "h"]
-EMULATED = {
-    "marker": "X",
-    "linestyle": (0, (4, 1, 1, 1, 1, 1)),
-}  # an emulated DCP rank (bench.dcp_emulation): never a plain rank's look
+# an emulated DCP rank (bench.dcp_emulation): never a plain rank's look (a dash-dot-dot line, an X marker)
+EMULATED = {"marker": "X", "linestyle": (0, (4, 1, 1, 1, 1, 1))}
 
 
 def new_figure(w: float, h: float) -> Figure:
@@ -33,6 +31,11 @@ def png_bytes(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     return buf.getvalue()
+
+
+def png_or_none(fig: Figure | None) -> bytes | None:
+    """A figure's PNG bytes; None for no figure (nothing to draw)."""
+    return None if fig is None else png_bytes(fig)
 
 
 def series_styles(df: pd.DataFrame) -> dict[str, dict]:
@@ -59,7 +62,7 @@ def series_styles(df: pd.DataFrame) -> dict[str, dict]:
         if len(combos) <= 10
         else [matplotlib.colormaps["tab20"](i % 20) for i in range(len(combos))]
     )
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for r in df.drop_duplicates("series").itertuples():
         dcp = int(r.dcp_size) if r.dcp_size == r.dcp_size and r.dcp_size is not None else None
         out[r.series] = {

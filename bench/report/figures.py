@@ -13,6 +13,7 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from bench.fmt import fmt
 from bench.profiling.plot import plot_range_breakdown
@@ -24,6 +25,7 @@ from bench.report.figure_style import (
     length_groups,
     new_figure,
     png_bytes,
+    png_or_none,
     series_lines,
     series_styles,
     shape_x,
@@ -41,7 +43,7 @@ def _length_axis(grp: pd.DataFrame, lengths: str) -> ShapeAxis:
     return shape_x(grp if lengths == TEXT_LENGTHS else grp.assign(input_len=0, output_len=0))
 
 
-def plot_acceptance(acc: pd.DataFrame, styles: dict | None = None) -> bytes | None:
+def acceptance_figure(acc: pd.DataFrame, styles: dict | None = None) -> Figure | None:
     """Acceptance rate and mean acceptance length vs concurrency per series, and per-position acceptance per
     point (the asked synthetic rates, when the sweep set them, dashed black); one row of panels per input/output
     length, every DCP size in the same panels (marker = DCP size)."""
@@ -78,7 +80,12 @@ def plot_acceptance(acc: pd.DataFrame, styles: dict | None = None) -> bytes | No
         row_axes[1].set_ylabel("tokens per step")
         row_axes[2].set_ylabel("share accepted (one line per point)")
     shared_legend(fig, axes)
-    return png_bytes(fig)
+    return fig
+
+
+def plot_acceptance(acc: pd.DataFrame, styles: dict | None = None) -> bytes | None:
+    """acceptance_figure as PNG bytes."""
+    return png_or_none(acceptance_figure(acc, styles))
 
 
 def _asked_line(ax, expected: float) -> None:
@@ -249,7 +256,7 @@ def capture_label(folder: Path, points: pd.DataFrame) -> str:
     return str(series.iloc[0]) if len(series) else folder.name
 
 
-def plot_step_breakdown(shares: dict[Path, CaptureShares], points: pd.DataFrame) -> bytes | None:
+def step_breakdown_figure(shares: dict[Path, CaptureShares], points: pd.DataFrame) -> Figure | None:
     """Per profiled engine configuration, its median decode step as stacked bars, CPU time and GPU busy time: the
     target's forward, the draft's propose and metadata builds, rejection sampling and the rest, in ms."""
     captures = [(capture_label(folder, points), c.table) for folder, c in sorted(shares.items()) if c.table is not None]
@@ -278,7 +285,12 @@ def plot_step_breakdown(shares: dict[Path, CaptureShares], points: pd.DataFrame)
     ax.set_xlim(0, top * 1.15)
     ax.grid(axis="x", alpha=0.3)
     shared_legend(fig, [ax], ncol=3)
-    return png_bytes(fig)
+    return fig
+
+
+def plot_step_breakdown(shares: dict[Path, CaptureShares], points: pd.DataFrame) -> bytes | None:
+    """step breakdown_figure as PNG bytes."""
+    return png_or_none(step_breakdown_figure(shares, points))
 
 
 def _millions(tokens: float) -> str:
@@ -296,7 +308,7 @@ def dcp_tick(rows: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def plot_dcp(dcp: pd.DataFrame) -> bytes | None:
+def dcp_figure(dcp: pd.DataFrame) -> Figure | None:
     """Output tok/s against DCP size on one y axis, one color per measured shape: measured (solid, the stated 95%
     precision as error bars) beside the same scaled by the modelled communication (dashed, bench.dcp_comm); under
     each size the KV capacity it buys and the largest batch that fits (not measured at that batch)."""
@@ -348,7 +360,12 @@ def plot_dcp(dcp: pd.DataFrame) -> bytes | None:
     )
     ax.grid(alpha=0.3)
     shared_legend(fig, [ax], ncol=2)
-    return png_bytes(fig)
+    return fig
+
+
+def plot_dcp(dcp: pd.DataFrame) -> bytes | None:
+    """dcp_figure as PNG bytes."""
+    return png_or_none(dcp_figure(dcp))
 
 
 def draw_all(data: ReportData) -> dict[str, bytes | None]:

@@ -11,10 +11,18 @@ import math
 
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from bench.fmt import fmt
-from bench.report.figure_style import length_groups, new_figure, panel_grid, png_bytes, series_styles, shared_legend
+from bench.report.figure_style import (
+    length_groups,
+    new_figure,
+    panel_grid,
+    png_or_none,
+    series_styles,
+    shared_legend,
+)
 from bench.report.request_views import MAX_TIMELINES
 
 CDF_POINTS = 400  # a CDF is drawn through this many quantiles: enough to see its shape, cheap for 100k samples
@@ -36,7 +44,7 @@ def relative_bars(values: pd.Series, halfwidth: pd.Series, inverse: bool = False
     return np.vstack([np.nan_to_num(lo), np.nan_to_num(hi)])
 
 
-def plot_throughput(thr: pd.DataFrame, styles: dict | None = None) -> bytes | None:
+def throughput_figure(thr: pd.DataFrame, styles: dict | None = None) -> Figure | None:
     """Output tok/s per GPU (up) against output tok/s per user (right), one panel per input/output length, one
     line per engine configuration through its concurrencies (each point labelled c<N>); error bars: the stated
     95% precision of each figure (none drawn where none is stated). Up and right is better: a configuration whose
@@ -83,7 +91,12 @@ def plot_throughput(thr: pd.DataFrame, styles: dict | None = None) -> bytes | No
         if bare:
             ax.text(0.99, 0.01, f"{bare} point(s): {NO_PRECISION}", transform=ax.transAxes, ha="right", fontsize=7)
     shared_legend(fig, axes, "engine configuration", ncol=3)
-    return png_bytes(fig)
+    return fig
+
+
+def plot_throughput(thr: pd.DataFrame, styles: dict | None = None) -> bytes | None:
+    """throughput_figure as PNG bytes."""
+    return png_or_none(throughput_figure(thr, styles))
 
 
 def _cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -104,7 +117,7 @@ def latency_groups(lat: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return out
 
 
-def plot_latency_cdf(lat: pd.DataFrame, samples: pd.DataFrame, styles: dict | None = None) -> bytes | None:
+def latency_cdf_figure(lat: pd.DataFrame, samples: pd.DataFrame, styles: dict | None = None) -> Figure | None:
     """Per shape (one row of panels each), the CDF of per-request TPOT (left) and of the token-accurate ITL
     (right) of every configuration, from each point's raw request records over its headline window."""
     if not len(samples):
@@ -131,17 +144,22 @@ def plot_latency_cdf(lat: pd.DataFrame, samples: pd.DataFrame, styles: dict | No
             ax.set_ylim(0, 1.02)
             if metric == "itl_ms":  # the tail spans decades (a stall, a prefill); tokens of one chunk sit at 0
                 ax.set_xscale("log")
+                ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
                 ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt(v, "g")))
                 ax.xaxis.set_minor_formatter(NullFormatter())
                 ax.set_xlabel("ITL ms (log scale)")
             else:
                 ax.set_xlabel("TPOT ms")
-                ax.set_xlim(left=0)
             ax.grid(alpha=0.3, which="both")
         row_axes[0].set_ylabel("share of requests ≤ x")
         row_axes[1].set_ylabel("share of tokens ≤ x")
     shared_legend(fig, axes, "engine configuration", ncol=3)
-    return png_bytes(fig)
+    return fig
+
+
+def plot_latency_cdf(lat: pd.DataFrame, samples: pd.DataFrame, styles: dict | None = None) -> bytes | None:
+    """latency cdf_figure as PNG bytes."""
+    return png_or_none(latency_cdf_figure(lat, samples, styles))
 
 
 def timeline_points(points: pd.DataFrame, timelines: pd.DataFrame) -> pd.DataFrame:
@@ -154,7 +172,7 @@ def timeline_points(points: pd.DataFrame, timelines: pd.DataFrame) -> pd.DataFra
     return pd.concat([df[top], df[~top]]).head(MAX_TIMELINES).sort_values(["lengths", "series", "concurrency"])
 
 
-def plot_timeline(points: pd.DataFrame, timelines: pd.DataFrame) -> bytes | None:
+def timeline_figure(points: pd.DataFrame, timelines: pd.DataFrame) -> Figure | None:
     """Small multiples, one per point (MAX_TIMELINES at most): output tok/s in bins over the point's first run,
     the steady span shaded, the edges of its whole cycles (C completions each: the precision's sub-windows) as
     thin lines, and the headline tok/s dashed with its stated 95% band."""
@@ -188,5 +206,10 @@ def plot_timeline(points: pd.DataFrame, timelines: pd.DataFrame) -> bytes | None
         ax.grid(alpha=0.3)
     shown = "" if len(df) == len(timelines) else f" ({len(df)} of {len(timelines)} points)"
     fig.suptitle("output tok/s over the measured window" + shown, fontsize=10)
-    shared_legend(fig, axes, ncol=5)
-    return png_bytes(fig)
+    shared_legend(fig, axes, ncol=5 if ncols == 3 else 3)
+    return fig
+
+
+def plot_timeline(points: pd.DataFrame, timelines: pd.DataFrame) -> bytes | None:
+    """timeline_figure as PNG bytes."""
+    return png_or_none(timeline_figure(points, timelines))

@@ -118,7 +118,7 @@ def timelines(records: dict[str, PointRecord], raw: RawRows) -> pd.DataFrame:
             continue
         edges = np.linspace(0.0, duration, TIMELINE_BINS + 1)
         counts, _ = np.histogram(times - t0, bins=edges, weights=tokens)
-        concurrency = records[pid].config.shape.get("concurrency") if records[pid].config.shape else None
+        concurrency = (records[pid].config.shape or {}).get("concurrency")
         cycles: list[float] = []
         if span is not None and concurrency:
             ends = [r["end_time"] for r in run if r.get("end_time") is not None]
