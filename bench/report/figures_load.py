@@ -188,6 +188,17 @@ def timeline_figure(points: pd.DataFrame, timelines: pd.DataFrame) -> Figure | N
             ax.axvspan(a, b, color="C2", alpha=0.15, label="steady span")
         for i, e in enumerate(r.edges):
             ax.axvline(e, color="C2", linewidth=0.7, alpha=0.8, label="whole-cycle edges" if i == 0 else None)
+        for a, b in r.cycle_windows:  # the record's headline: tokens over these whole cycles
+            ax.axvspan(
+                a,
+                b,
+                facecolor="none",
+                edgecolor="darkgreen",
+                hatch="//",
+                linewidth=0,
+                alpha=0.35,
+                label="headline's whole cycles",
+            )
         head = r.output_throughput
         if head == head and head is not None:
             ax.axhline(head, color="k", linestyle="--", linewidth=1, label=f"headline ({r.window} window)")
@@ -195,7 +206,8 @@ def timeline_figure(points: pd.DataFrame, timelines: pd.DataFrame) -> Figure | N
             if isinstance(h, float) and h == h:
                 ax.axhspan(head * (1 - h), head * (1 + h), color="k", alpha=0.08, label="stated 95% interval")
             else:
-                ax.text(0.99, 0.02, "no precision stated", transform=ax.transAxes, ha="right", fontsize=7)
+                why = "short: < 3 whole cycles, " if r.short else ""
+                ax.text(0.99, 0.02, why + "no precision stated", transform=ax.transAxes, ha="right", fontsize=7)
         runs = f", run 1 of {r.runs}" if r.runs > 1 else ""
         ax.set_title(f"{r.label}{runs}", fontsize=8)
         ax.set_xlabel("s from the run's first send", fontsize=8)

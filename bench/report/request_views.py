@@ -25,7 +25,7 @@ from bench.store import SweepStore
 TIMELINE_BINS = 60  # tok/s over the window: this many bins per run
 MAX_TIMELINES = 12  # small multiples: at most this many points
 SAMPLE_COLUMNS = ["point_id", "window", "tpot_ms", "itl_ms"]
-TIMELINE_COLUMNS = ["point_id", "runs", "t", "tok_s", "spans", "edges", "duration_s"]
+TIMELINE_COLUMNS = ["point_id", "runs", "t", "tok_s", "spans", "edges", "cycle_windows", "short", "duration_s"]
 
 RawRows = dict[str, list[dict]]  # point id -> its raw request rows
 
@@ -99,8 +99,10 @@ def latency_samples(records: dict[str, PointRecord], raw: RawRows) -> pd.DataFra
 
 def timelines(records: dict[str, PointRecord], raw: RawRows) -> pd.DataFrame:
     """Per ok point with raw records: output tok/s over its first closed-loop run (the first with a steady span),
-    in TIMELINE_BINS bins from the run's first send (`t`: bin centres, s), the run's steady spans and the edges of
-    the whole cycles in them (bench.window.cycle_edges: C completions each), relative to the same origin."""
+    in TIMELINE_BINS bins from the run's first send (`t`: bin centres, s), the run's steady spans, the edges of
+    the whole cycles in them (bench.window.cycle_edges: C completions each) and the record's headline window of
+    whole cycles in this run (metrics.steady.cycle_windows), relative to the same origin; `short`: the record's
+    headline holds fewer than 3 whole cycles."""
     rows = []
     for pid, rows_of in raw.items():
         runs = [run for run in closed_runs(_measured(rows_of)) if any(r.get("chunk_times") for r in run)]
@@ -123,6 +125,9 @@ def timelines(records: dict[str, PointRecord], raw: RawRows) -> pd.DataFrame:
         if span is not None and concurrency:
             ends = [r["end_time"] for r in run if r.get("end_time") is not None]
             cycles = [e - t0 for e in W.cycle_edges(ends, span.start, span.end, int(concurrency))]
+        steady = records[pid].metrics.steady if records[pid].metrics else None
+        lo, hi = t0, t0 + duration
+        windows = [(a - t0, b - t0) for a, b in (steady.cycle_windows if steady else []) if lo <= a and b <= hi]
         rows.append(
             {
                 "point_id": pid,
@@ -131,6 +136,8 @@ def timelines(records: dict[str, PointRecord], raw: RawRows) -> pd.DataFrame:
                 "tok_s": counts / np.diff(edges),
                 "spans": [] if span is None else [(span.start - t0, span.end - t0)],
                 "edges": cycles,
+                "cycle_windows": windows,
+                "short": bool(steady.short) if steady else False,
                 "duration_s": duration,
             }
         )

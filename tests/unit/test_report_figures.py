@@ -333,3 +333,23 @@ def test_report_of_the_dcp_example_has_every_figure(tmp_path):
         assert image.shape[0] > 200 and image.shape[1] > 500
     html = paths["html"].read_text()
     assert 'data-plot="dcp"' in html and "pareto" not in {p.stem for p in (tmp_path / "report" / "plots").iterdir()}
+
+
+def test_timeline_marks_the_records_whole_cycle_window_and_a_short_headline():
+    """A record with the headline's whole-cycle window (metrics.steady.cycle_windows) and `short` set: the window
+    is drawn, relative to the run's first send, and the panel says why no precision is stated."""
+    records = SweepStore(DCP_EXAMPLE).records()
+    raw = read_raw(DCP_EXAMPLE, records)
+    pid = "56544dd04b41"
+    rec = records[pid]
+    (a, b) = rec.metrics.steady.spans[0]
+    steady = rec.metrics.steady.model_copy(update={"cycle_windows": [[a + 1, b - 1]], "short": True})
+    rec = rec.model_copy(update={"metrics": rec.metrics.model_copy(update={"steady": steady})})
+    tl = timelines({pid: rec}, {pid: raw[pid]})
+    t0 = min(x["send_time"] for x in raw[pid] if x["phase"] == "measure")
+    assert tl.cycle_windows[0] == [pytest.approx((a + 1 - t0, b - 1 - t0))] and bool(tl.short[0])
+    points = A.collect(DCP_EXAMPLE).points
+    points = points[points.point_id == pid].assign(throughput_halfwidth=None)
+    ax = timeline_figure(points, tl).axes[0]
+    assert [p.get_label() for p in ax.patches].count("headline's whole cycles") == 1
+    assert any(t.get_text() == "short: < 3 whole cycles, no precision stated" for t in ax.texts)
