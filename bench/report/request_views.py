@@ -125,7 +125,8 @@ def timelines(records: dict[str, PointRecord], raw: RawRows) -> pd.DataFrame:
         if span is not None and concurrency:
             ends = [r["end_time"] for r in run if r.get("end_time") is not None]
             cycles = [e - t0 for e in W.cycle_edges(ends, span.start, span.end, int(concurrency))]
-        steady = records[pid].metrics.steady if records[pid].metrics else None
+        metrics = records[pid].metrics
+        steady = metrics.steady if metrics is not None else None
         lo, hi = t0, t0 + duration
         windows = [(a - t0, b - t0) for a, b in (steady.cycle_windows if steady else []) if lo <= a and b <= hi]
         rows.append(
