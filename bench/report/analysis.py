@@ -21,6 +21,7 @@ from bench.records import Effective, EffectiveModel, PointRecord
 from bench.report.categories import category_table, has_workloads
 from bench.report.dcp_view import dcp_rows
 from bench.report.decision import DecisionView, sweep_view
+from bench.report.request_views import latency_samples, read_raw, timelines
 from bench.report.roofline import model_configs
 from bench.report.roofline_check import step_facts
 from bench.report.roofline_points import roofline
@@ -38,15 +39,18 @@ NUMERIC = [
     *("e2e_p50_ms", "e2e_p99_ms", "errors", "acceptance_rate", "mean_acceptance_length"),
 ]
 LATENCY_METRICS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL"}
-EXTRA_COLUMNS = ["point_id", "itl_p90_ms", "server", "asked_rates", "trials", "phase", "log"]
+EXTRA_COLUMNS = ["point_id", "itl_p90_ms", "server", "asked_rates", "trials", "phase", "log", "gpus", "full_input_len"]
 
 
-def point_extras(sweep_dir: Path) -> pd.DataFrame:
+def point_extras(records: dict[str, PointRecord]) -> pd.DataFrame:
     """What points_table leaves out and the report needs, one row per point id: ITL p90, the server arguments,
-    the asked synthetic acceptance rates, trials."""
+    the asked synthetic acceptance rates, trials, the GPUs the engine ran on (tensor x pipeline parallel: a
+    loopback DCP group runs on one) and, for an emulated DCP rank (bench.dcp_emulation), the deployment's input
+    length (the point's own is the rank's share)."""
     rows = []
-    for pid, p in SweepStore(sweep_dir).records().items():
+    for pid, p in records.items():
         eng = p.config.engine
+        settings = {**eng.server, **eng.axes}
         rows.append(
             {
                 "point_id": pid,
@@ -56,6 +60,8 @@ def point_extras(sweep_dir: Path) -> pd.DataFrame:
                 "trials": len(p.trials) or None,
                 "phase": p.phase,
                 "log": p.server.log,
+                "gpus": eng.tensor_parallel_size() * int(settings.get("pipeline_parallel_size") or 1),
+                "full_input_len": ((p.config.emulation or {}).get("full_shape") or {}).get("input_len"),
             }
         )
     return pd.DataFrame(rows, columns=EXTRA_COLUMNS)
@@ -91,7 +97,29 @@ def enrich(points: pd.DataFrame, extras: pd.DataFrame | None = None) -> pd.DataF
         df.loc[named, "series"] = df.series[named] + " " + df.workload[named]
         df["shape"] = [_load_shape(r, lens_vary) for r in df.itertuples()]
     df["label"] = [f"{a} {b}" for a, b in zip(df["series"], df["shape"])]
+    df["lengths"] = [lengths_label(r) for r in df.itertuples()]
     return df
+
+
+TEXT_LENGTHS = "text workloads"
+
+
+def lengths_label(row) -> str:
+    """The input/output length a point's figures belong with: `in 8192 / out 256`, the deployment's input length
+    for an emulated DCP rank (its own is the rank's share), TEXT_LENGTHS for a point without a fixed input length.
+    Figures draw one panel per value and join no line across two."""
+    full = getattr(row, "full_input_len", None)
+    inp = _known(full)
+    inp = inp if inp is not None else _known(row.input_len)
+    if inp is None:
+        return TEXT_LENGTHS
+    out = _known(row.output_len)
+    return f"in {inp} / out {out}" if out is not None else f"in {inp}"
+
+
+def _known(value) -> int | None:
+    """A length as an int; None when missing (None, NaN) or not a number."""
+    return int(value) if isinstance(value, (int, float, np.integer, np.floating)) and value == value else None
 
 
 def _load_shape(row, lens_vary: bool) -> str:
@@ -124,12 +152,21 @@ def ok_points(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def throughput_series(df: pd.DataFrame) -> pd.DataFrame:
-    """Ok points with a measured output throughput, one row per point, ordered for line plots."""
-    cols = ["series", *SERIES_AXES, *FACET_AXES, "concurrency", "shape", "output_throughput"]
-    cols += ["per_user_output_throughput", "label"]
+    """Ok points with a measured output throughput, one row per point, ordered for line plots: output tok/s per
+    GPU the engine ran on (`gpus`), per-user tok/s, their stated precision (relative 95% half-widths; the per-user
+    figure is 1000 / mean TPOT, so its interval is the mean TPOT's), and `lengths` (bench.report.analysis
+    .lengths_label), the panel each point belongs to."""
+    cols = ["series", *SERIES_AXES, "dcp_emulated", *FACET_AXES, "lengths", "concurrency", "shape"]
+    cols += ["output_throughput", "gpus", "output_throughput_per_gpu", "throughput_halfwidth"]
+    cols += ["per_user_output_throughput", "tpot_halfwidth", "label"]
     cols += ["workload"] if "workload" in df and df.workload.notna().any() else []  # text workloads: own colors
     ok = ok_points(df)
-    ok = ok[ok.output_throughput.notna() | ok.per_user_output_throughput.notna()]
+    ok = ok[ok.output_throughput.notna() | ok.per_user_output_throughput.notna()].copy()
+    gpus = pd.to_numeric(ok.get("gpus", pd.Series(1, index=ok.index)), errors="coerce").fillna(1)
+    ok["gpus"] = gpus.astype(int)
+    ok["output_throughput_per_gpu"] = ok.output_throughput / ok.gpus
+    for c in ("throughput_halfwidth", "tpot_halfwidth", "dcp_emulated"):
+        ok[c] = pd.to_numeric(ok[c], errors="coerce") if c in ok else np.nan
     return ok[cols].sort_values(["series", "concurrency", *FACET_AXES], kind="stable").reset_index(drop=True)
 
 
@@ -137,6 +174,8 @@ def latency_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per ok point: TTFT, TPOT and ITL p50/p90/p99 in ms (NaN where not measured)."""
     ok = ok_points(df)
     cols = ["label", "series", "concurrency"] + [f"{m}_{q}_ms" for m in LATENCY_METRICS for q in ("p50", "p90", "p99")]
+    cols += ["point_id", "lengths", "shape", *SERIES_AXES, "dcp_emulated"]
+    cols += ["workload"] if "workload" in df and df.workload.notna().any() else []  # text workloads: own colors
     for c in cols:
         if c not in ok:
             ok[c] = np.nan
@@ -157,12 +196,16 @@ def pareto_mask(xs, ys, maximize_x: bool = True, maximize_y: bool = True) -> np.
 
 def pareto_table(df: pd.DataFrame) -> pd.DataFrame:
     """Ok points with output tok/s, per-user tok/s and TPOT p50; `pareto_user`: optimal for (output tok/s max,
-    per-user tok/s max); `pareto_tpot`: optimal for (output tok/s max, TPOT p50 min)."""
-    cols = ["label", "series", *SERIES_AXES, "concurrency", "shape", "output_throughput"]
+    per-user tok/s max); `pareto_tpot`: optimal for (output tok/s max, TPOT p50 min). Optimal among the points of
+    the same input/output lengths (`lengths`) only: a 1k-input point does not dominate an 8k one."""
+    cols = ["label", "series", *SERIES_AXES, "lengths", "concurrency", "shape", "output_throughput"]
     cols += ["per_user_output_throughput", "tpot_p50_ms"]
     out = ok_points(df)[cols].copy()
-    out["pareto_user"] = pareto_mask(out.per_user_output_throughput, out.output_throughput)
-    out["pareto_tpot"] = pareto_mask(out.tpot_p50_ms, out.output_throughput, maximize_x=False)
+    out["pareto_user"] = False
+    out["pareto_tpot"] = False
+    for _, grp in out.groupby("lengths", sort=False):
+        out.loc[grp.index, "pareto_user"] = pareto_mask(grp.per_user_output_throughput, grp.output_throughput)
+        out.loc[grp.index, "pareto_tpot"] = pareto_mask(grp.tpot_p50_ms, grp.output_throughput, maximize_x=False)
     return out.reset_index(drop=True)
 
 
@@ -170,7 +213,8 @@ def acceptance_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per ok point: acceptance rate, mean acceptance length and per-position acceptance (pos1..posK)."""
     ok = ok_points(df)
     k = max([len(v) for v in ok.per_position_acceptance if isinstance(v, list)] or [0])
-    cols = ["label", "series", *SERIES_AXES, *FACET_AXES, "concurrency", "acceptance_rate", "mean_acceptance_length"]
+    cols = ["label", "series", *SERIES_AXES, *FACET_AXES, "lengths", "concurrency", "acceptance_rate"]
+    cols += ["mean_acceptance_length"]
     out = ok[cols].copy()
     for i in range(k):
         out[f"pos{i + 1}"] = [
@@ -403,6 +447,8 @@ class ReportData:
     dcp: pd.DataFrame = field(default_factory=pd.DataFrame)  # the DCP view (bench.report.dcp_view)
     servers: pd.DataFrame = field(default_factory=pd.DataFrame)  # start-up and memory (bench.report.servers)
     decision: DecisionView | None = None  # the view the page opens with (bench.report.decision)
+    samples: pd.DataFrame = field(default_factory=pd.DataFrame)  # per point: TPOT and ITL samples (request_views)
+    timelines: pd.DataFrame = field(default_factory=pd.DataFrame)  # per point: tok/s over the window (request_views)
 
 
 def collect(
@@ -414,14 +460,17 @@ def collect(
     """Every table of the report; `points`, `servers`, `view`: an already read points_table / server_table / built
     decision view of the same directory."""
     sweep_dir = Path(sweep_dir)
-    manifest = SweepStore(sweep_dir).manifest()
-    df = enrich(points_table(sweep_dir) if points is None else points, point_extras(sweep_dir))
+    store = SweepStore(sweep_dir)
+    manifest = store.manifest()
+    records = store.records()
+    raw = read_raw(sweep_dir, records)  # once: the latency samples, the timelines and the prefill overlap
+    df = enrich(points_table(sweep_dir) if points is None else points, point_extras(records))
     df = with_speedups(df)  # over the k = 0 baseline, when the sweep has one
     models = model_configs(sweep_dir)
-    roof, inputs, notes = roofline(df, manifest, models, step_facts(sweep_dir))
+    roof, inputs, notes = roofline(df, manifest, models, step_facts(sweep_dir, records, raw))
     profiling = profiling_tables(sweep_dir)
     if servers is None:
-        servers = server_table(sweep_dir, SweepStore(sweep_dir).records())
+        servers = server_table(sweep_dir, records)
     return ReportData(
         sweep_dir=sweep_dir,
         manifest=manifest,
@@ -434,7 +483,7 @@ def collect(
         acceptance=acceptance_table(df),
         heatmap=heatmap_table(plain_points(df)),
         problems=problems_table(df, sweep_dir),
-        effective=effective_table(SweepStore(sweep_dir).records()),
+        effective=effective_table(records),
         roofline=roof,
         roofline_inputs=inputs,
         roofline_notes=notes,
@@ -444,4 +493,6 @@ def collect(
         dcp=dcp_rows(df, models),
         servers=servers,
         decision=view or sweep_view(sweep_dir, df, servers),
+        samples=latency_samples(records, raw),
+        timelines=timelines(records, raw),
     )

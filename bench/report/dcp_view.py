@@ -29,6 +29,9 @@ COLUMNS = {
 }
 
 
+FIGURE_COLUMNS = ["throughput_halfwidth", "concurrency", "input_len", "output_len"]
+
+
 def _known(value) -> str | None:
     return None if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
 
@@ -50,7 +53,7 @@ def dcp_rows(points: pd.DataFrame, models: dict[str, tuple[dict | None, dict | N
     """One row per ok point of a sweep with more than one DCP size; empty otherwise."""
     ok = points[points.status == "ok"]
     if ok.empty or ok.dcp_size.nunique() < 2:
-        return pd.DataFrame(columns=list(COLUMNS))
+        return pd.DataFrame(columns=[*COLUMNS, *FIGURE_COLUMNS])
     rows = []
     for r in ok.itertuples():
         target, draft = models.get(r.engine_id) or (None, None)
@@ -100,6 +103,11 @@ def dcp_rows(points: pd.DataFrame, models: dict[str, tuple[dict | None, dict | N
                 else None,
                 "kv_cache_tokens": cap["longest_context"],
                 "largest_batch": cap["largest_batch"],
+                # not shown in the table; the DCP figure's (bench.report.figures.plot_dcp)
+                "throughput_halfwidth": r.throughput_halfwidth if pd.notna(r.throughput_halfwidth) else None,
+                "concurrency": r.concurrency,
+                "input_len": r.input_len,
+                "output_len": r.output_len,
             }
         )
     return pd.DataFrame(rows).sort_values(["load", "dcp_size"], kind="stable").reset_index(drop=True)

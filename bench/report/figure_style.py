@@ -1,5 +1,5 @@
 """What every figure of the report shares: a bare Agg figure and its PNG bytes, one style per series, the
-batch-shape x axis, one row of panels per DCP size, and a legend shared by all panels."""
+batch-shape x axis, a grid of panels (one per input/output length), and a legend shared by all panels."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from matplotlib.figure import Figure
 
 DPI = 100
 LINESTYLES = ["-", "--", ":", "-."]
-MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "*", "h"]
+# an emulated DCP rank (bench.dcp_emulation): never a plain rank's look (a dash-dot-dot line, an X marker)
+EMULATED = {"marker": "X", "linestyle": (0, (4, 1, 1, 1, 1, 1))}
 
 
 def new_figure(w: float, h: float) -> Figure:
@@ -31,14 +33,26 @@ def png_bytes(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
+def png_or_none(fig: Figure | None) -> bytes | None:
+    """A figure's PNG bytes; None for no figure (nothing to draw)."""
+    return None if fig is None else png_bytes(fig)
+
+
 def series_styles(df: pd.DataFrame) -> dict[str, dict]:
-    """Stable styles per series: color per (draft backend, draft KV dtype, workload), line style per draft KV
-    dtype, marker per DCP size, so a series looks the same in every plot (and series that differ only by their
-    text workload still differ in color)."""
+    """Stable styles per series (engine configuration): a color of its own (ordered by draft backend, draft KV
+    dtype, workload, emulated or not, then the series name), line style per draft KV dtype, marker per DCP size,
+    so a series looks the same in every plot and no two series share a color (up to 20). An emulated DCP rank
+    has an X marker and a dash-dot-dot line besides, apart from every plain rank."""
     workload = "workload" in df
 
-    def key(r) -> tuple[str, str, str]:
-        return str(r.draft_attention_backend), str(r.draft_kv_cache_dtype), str(r.workload) if workload else ""
+    def key(r) -> tuple[str, str, str, str, str]:
+        return (
+            str(r.draft_attention_backend),
+            str(r.draft_kv_cache_dtype),
+            str(r.workload) if workload else "",
+            "emulated" if _emulated(r) else "",
+            str(r.series),
+        )
 
     combos = sorted({key(r) for r in df.itertuples()})
     kvs = sorted({c[1] for c in combos})
@@ -48,7 +62,7 @@ def series_styles(df: pd.DataFrame) -> dict[str, dict]:
         if len(combos) <= 10
         else [matplotlib.colormaps["tab20"](i % 20) for i in range(len(combos))]
     )
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for r in df.drop_duplicates("series").itertuples():
         dcp = int(r.dcp_size) if r.dcp_size == r.dcp_size and r.dcp_size is not None else None
         out[r.series] = {
@@ -56,7 +70,14 @@ def series_styles(df: pd.DataFrame) -> dict[str, dict]:
             "linestyle": LINESTYLES[kvs.index(key(r)[1]) % len(LINESTYLES)],
             "marker": MARKERS[dcps.index(dcp) % len(MARKERS)] if dcp in dcps else "o",
         }
+        if _emulated(r):
+            out[r.series].update(EMULATED)
     return out
+
+
+def _emulated(row) -> bool:
+    value = getattr(row, "dcp_emulated", None)
+    return isinstance(value, (int, float)) and value == value
 
 
 class ShapeAxis(NamedTuple):
@@ -117,24 +138,36 @@ def wrap(text: str, width: int = 28) -> str:
     return "\n".join(textwrap.wrap(str(text), width)) or str(text)
 
 
-def dcp_rows(df: pd.DataFrame) -> list[tuple[str, object, pd.DataFrame]]:
-    """One row of panels per DCP size when DCP varies, else one row: (title prefix, dcp, rows)."""
-    dcps = sorted(df.dcp_size.dropna().unique())
-    if len(dcps) <= 1:
-        return [("", None, df)]
-    return [(f"DCP {int(d)}: ", d, df[df.dcp_size == d]) for d in dcps]
+def length_groups(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The rows of each input/output length (`lengths`, bench.report.analysis.lengths_label), shortest input first
+    and text workloads last: one panel each, no line across two."""
+
+    def order(label: str) -> tuple:
+        nums = [int(t) for t in str(label).replace("/", " ").split() if t.isdigit()]
+        return (0, *nums) if nums else (1,)
+
+    labels = sorted(df["lengths"].dropna().unique(), key=order)
+    return [(str(label), df[df["lengths"] == label]) for label in labels]
 
 
-def line_name(series: str, dcp) -> str:
-    """The legend name of a series inside a DCP row (the row title already says the DCP)."""
-    return series.replace(f" dcp{int(dcp)}", "") if dcp is not None else series
+def panel_grid(fig: Figure, n: int, ncols: int = 2, **kw) -> list:
+    """n panels in rows of at most `ncols`, the unused cells of the last row removed."""
+    cols = max(1, min(ncols, n))
+    rows = max(1, math.ceil(n / cols))
+    axes = list(np.ravel(fig.subplots(rows, cols, squeeze=False, **kw)))
+    for ax in axes[n:]:
+        ax.remove()
+    return axes[:n]
 
 
-def series_lines(ax, grp: pd.DataFrame, metric: str, styles: dict, dcp, **kw) -> None:
-    """One line per series of `grp` (x = its `_x` column), in the series' style."""
-    for name, s in grp.groupby("series", sort=True):
+def series_lines(ax, grp: pd.DataFrame, metric: str, styles: dict, **kw) -> None:
+    """One line per series and input/output length of `grp` (x = its `_x` column), in the series' style: a line
+    joins only points of one length."""
+    for (name, _), s in grp.groupby(["series", "lengths"], sort=True):
+        if s[metric].isna().all():  # no legend entry without data
+            continue
         s = s.sort_values("_x")
-        ax.plot(s._x, s[metric], label=line_name(name, dcp), markersize=7, **kw, **styles[name])
+        ax.plot(s._x, s[metric], label=name, markersize=7, **kw, **styles[name])
 
 
 def shared_legend(fig: Figure, axes, title: str | None = None, ncol: int = 4) -> None:

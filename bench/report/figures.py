@@ -7,176 +7,67 @@ display, and importing this module does not change the backend of a program that
 
 from __future__ import annotations
 
-import math
 import tempfile
 from pathlib import Path
 
 import matplotlib
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
+from bench.fmt import fmt
 from bench.profiling.plot import plot_range_breakdown
-from bench.report.analysis import LATENCY_METRICS, ReportData
+from bench.profiling.step_shares import CaptureShares
+from bench.report.analysis import TEXT_LENGTHS, ReportData
 from bench.report.categories import plot_categories
 from bench.report.figure_style import (
-    dcp_rows,
+    ShapeAxis,
+    length_groups,
     new_figure,
     png_bytes,
+    png_or_none,
     series_lines,
     series_styles,
     shape_x,
     shared_legend,
     wrap,
 )
+from bench.report.figures_load import plot_latency_cdf, plot_throughput, plot_timeline, relative_bars
 
 ASKED_STYLE = {"color": "k", "linestyle": (0, (2, 2))}  # the asked synthetic acceptance, wherever it is drawn
 
 
-def plot_throughput(series: pd.DataFrame) -> bytes | None:
-    """Output tok/s and per-user output tok/s vs concurrency (vs batch shape when input/output lengths vary);
-    one line per (draft backend, draft KV dtype): color = backend x KV dtype, style = KV dtype; one row of
-    panels per DCP size when DCP varies."""
-    if not len(series):
+def _length_axis(grp: pd.DataFrame, lengths: str) -> ShapeAxis:
+    """The x axis of one input/output length's panels: its concurrencies (an emulated DCP rank's own input length,
+    its share of the prompt, does not split the axis); a text workload's load labels."""
+    return shape_x(grp if lengths == TEXT_LENGTHS else grp.assign(input_len=0, output_len=0))
+
+
+def acceptance_figure(acc: pd.DataFrame, styles: dict | None = None) -> Figure | None:
+    """Acceptance rate and mean acceptance length vs concurrency per series, and per-position acceptance per
+    point (the asked synthetic rates, when the sweep set them, dashed black); one row of panels per input/output
+    length, every DCP size in the same panels (marker = DCP size)."""
+    acc = acc[acc[["acceptance_rate", "mean_acceptance_length"]].notna().any(axis=1)]  # no draft: nothing to draw
+    if not len(acc):
         return None
-    styles = series_styles(series)
-    shape = shape_x(series)
-    series = series.assign(_x=shape.x)
-    rows = dcp_rows(series)
-    fig = new_figure(12, 3.4 * len(rows) + 1.2)
-    axes = fig.subplots(len(rows), 2, squeeze=False, sharex=True)
-    metrics = (
-        ("output_throughput", "output tok/s (all requests)"),
-        ("per_user_output_throughput", "output tok/s per user"),
-    )
-    for (prefix, dcp, grp), row_axes in zip(rows, axes):
-        for ax, (metric, ylabel) in zip(row_axes, metrics):
-            series_lines(ax, grp, metric, styles, dcp, linewidth=1.8)
-            shape.draw(ax)
-            ax.set_ylabel(ylabel)
-            ax.set_ylim(bottom=0)
-            ax.grid(alpha=0.3)
-            ax.set_title(
-                prefix + ylabel.split(" (")[0] + " vs " + shape.title.split(" (")[0].split(":")[0], fontsize=10
-            )
-    for ax in np.ravel(axes[:-1]):
-        ax.set_xlabel("")
-    shared_legend(
-        fig,
-        axes,
-        "draft backend / draft KV dtype"
-        + (" / k" if series.num_speculative_tokens.nunique() > 1 else "")
-        + (" / DCP" if len(rows) == 1 and series.dcp_size.nunique() > 1 else ""),
-    )
-    return png_bytes(fig)
-
-
-def plot_latency(lat: pd.DataFrame) -> bytes | None:
-    """TTFT, TPOT and ITL per point: p99 (light), p90 (medium) and p50 (dark) bars overlaid on one row."""
-    if not len(lat) or lat.filter(like="_ms").isna().all().all():
-        return None
-    n = len(lat)
-    fig = new_figure(13, 1.7 + 0.42 * n)
-    axes = fig.subplots(1, 3, sharey=True)
-    y = np.arange(n)[::-1]
-    shades = {"p99": 0.35, "p90": 0.6, "p50": 1.0}
-    for ax, (m, name) in zip(axes, LATENCY_METRICS.items()):
-        for q, alpha in shades.items():
-            vals = lat[f"{m}_{q}_ms"].to_numpy(float)
-            ax.barh(y, np.nan_to_num(vals), height=0.7, color="C0", alpha=alpha, label=q)
-        p50 = lat[f"{m}_p50_ms"].to_numpy(float)
-        p99 = lat[f"{m}_p99_ms"].to_numpy(float)
-        for yi, a, b in zip(y, p50, p99):
-            if not math.isnan(b):
-                ax.text(b, yi, f" {b:.3g}", va="center", fontsize=7, color="0.3")
-            elif math.isnan(a):
-                ax.text(0, yi, " n/a", va="center", fontsize=7, color="0.4")
-        ax.set_title(f"{name} (ms): p50 / p90 / p99", fontsize=10)
-        ax.set_xlabel("ms")
-        ax.grid(axis="x", alpha=0.3)
-        ax.margins(x=0.15)
-    axes[0].set_yticks(y, lat.label)
-    axes[0].set_ylim(-0.6, n - 0.4)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=9)
-    return png_bytes(fig)
-
-
-def plot_pareto(par: pd.DataFrame) -> bytes | None:
-    """Output tok/s vs per-user tok/s (both up is better) and vs TPOT p50 (left is better); Pareto-optimal
-    points ringed in black and joined by the front; each point (only the optimal ones when there are more than
-    24) annotated with its concurrency / batch shape."""
-    if not len(par) or par.output_throughput.isna().all():
-        return None
-    styles = series_styles(par)
-    fig = new_figure(12, 4.6)
-    axes = fig.subplots(1, 2)
-    for ax, x, flag, xlabel in (
-        (axes[0], "per_user_output_throughput", "pareto_user", "output tok/s per user"),
-        (axes[1], "tpot_p50_ms", "pareto_tpot", "TPOT p50 (ms)"),
-    ):
-        for name, s in par.groupby("series", sort=True):
-            st = styles[name]
-            ax.scatter(s[x], s.output_throughput, color=st["color"], marker=st["marker"], s=45, label=name, zorder=3)
-        front = par[par[flag]].sort_values(x)
-        if len(front):
-            y = front.output_throughput
-            ax.plot(front[x], y, color="k", linestyle="--", linewidth=1, zorder=2, label="Pareto front")
-            ax.scatter(front[x], y, s=170, facecolors="none", edgecolors="k", linewidths=1.5, zorder=4)
-        _annotate_shapes(ax, par, x, flag, styles)
-        ax.set_xlabel(xlabel + ("  (better →)" if flag == "pareto_user" else "  (← better)"))
-        ax.set_ylabel("output tok/s (better ↑)")
-        ax.grid(alpha=0.3)
-        ax.margins(0.12)
-    axes[0].set_title("throughput vs per-user speed", fontsize=10)
-    axes[1].set_title("throughput vs TPOT p50", fontsize=10)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 5), fontsize=9)
-    return png_bytes(fig)
-
-
-def _annotate_shapes(ax, par: pd.DataFrame, x: str, flag: str, styles: dict) -> None:
-    """Each point's concurrency / batch shape next to it, offset per series so that labels of points at the
-    same place do not overlap; with many points only the Pareto-optimal ones are named."""
-    order = sorted(par.series.unique())
-    offsets = [(11, -13), (11, 6), (-30, 6), (-30, -13)]  # clear of the Pareto ring
-    for r in par.itertuples():
-        if len(par) > 24 and not getattr(r, flag):
-            continue
-        xv = getattr(r, x)
-        if xv == xv and r.output_throughput == r.output_throughput:
-            ax.annotate(
-                r.shape,
-                (xv, r.output_throughput),
-                textcoords="offset points",
-                xytext=offsets[order.index(r.series) % len(offsets)],
-                fontsize=8,
-                color=styles[r.series]["color"],
-            )
-
-
-def plot_acceptance(acc: pd.DataFrame) -> bytes | None:
-    """Acceptance rate and mean acceptance length vs concurrency (batch shape) per series, and per-position
-    acceptance per point (the asked synthetic rates, when the sweep set them, dashed black); one row of panels
-    per DCP size when DCP varies."""
-    if not len(acc) or acc[["acceptance_rate", "mean_acceptance_length"]].isna().all().all():
-        return None
-    styles = series_styles(acc)
+    styles = styles or series_styles(acc)
     asked = next((v for v in acc.asked_rates if isinstance(v, list)), None) if "asked_rates" in acc else None
     k_max = int(pd.to_numeric(acc.num_speculative_tokens, errors="coerce").max() or 1)
-    shape = shape_x(acc)
-    acc = acc.assign(_x=shape.x)
     pos_cols = [c for c in acc.columns if c.startswith("pos") and c[3:].isdigit()]
-    rows = dcp_rows(acc)
+    rows = length_groups(acc)
     fig = new_figure(13, 3.6 * len(rows) + 1.0)
     axes = fig.subplots(len(rows), 3, squeeze=False)
     panels = (
-        ("acceptance_rate", "acceptance rate (accepted / drafted)", (0, 1.02)),
-        ("mean_acceptance_length", "mean acceptance length (tokens / step)", (1, k_max + 1.05)),
+        ("acceptance_rate", "acceptance rate", (0, 1.02)),
+        ("mean_acceptance_length", "mean acceptance length", (1, k_max + 1.05)),
     )
     expected = (float(np.mean(asked)), 1 + float(np.sum(asked))) if asked else (None, None)
-    for (prefix, dcp, grp), row_axes in zip(rows, axes):
+    for (lengths, grp), row_axes in zip(rows, axes):
+        shape = _length_axis(grp, lengths)
+        grp = grp.assign(_x=shape.x)
+        prefix = f"{lengths}: " if len(rows) > 1 else ""
         for ax, (metric, label, lim), exp in zip(row_axes, panels, expected):
-            series_lines(ax, grp, metric, styles, dcp)
+            series_lines(ax, grp, metric, styles)
             if exp is not None:
                 _asked_line(ax, exp)
             shape.draw(ax)
@@ -184,15 +75,23 @@ def plot_acceptance(acc: pd.DataFrame) -> bytes | None:
             ax.grid(alpha=0.3)
             ax.set_ylim(*lim)
         _per_position_panel(row_axes[2], grp, pos_cols, styles, asked)
-        row_axes[2].set_title(prefix + "per-position acceptance (one line per point)", fontsize=10)
+        row_axes[2].set_title(prefix + "per-position acceptance", fontsize=10)
+        row_axes[0].set_ylabel("accepted / drafted")
+        row_axes[1].set_ylabel("tokens per step")
+        row_axes[2].set_ylabel("share accepted (one line per point)")
     shared_legend(fig, axes)
-    return png_bytes(fig)
+    return fig
+
+
+def plot_acceptance(acc: pd.DataFrame, styles: dict | None = None) -> bytes | None:
+    """acceptance_figure as PNG bytes."""
+    return png_or_none(acceptance_figure(acc, styles))
 
 
 def _asked_line(ax, expected: float) -> None:
     ax.axhline(expected, linewidth=1, **ASKED_STYLE)
     ax.annotate(
-        f"asked: {expected:.3f}",
+        f"asked: {fmt(expected, '.3f')}",
         (0.01, expected),
         xycoords=("axes fraction", "data"),
         xytext=(0, -12),
@@ -255,7 +154,16 @@ def _heatmap_panel(ax, cells: pd.DataFrame, backends: list[str], kvs: list[str],
             v = grid[i, j]
             if v == v:
                 color = "white" if v < 0.6 * vmax else "black"
-                ax.text(j, i, f"{v:,.0f}\ntok/s", ha="center", va="center", fontsize=10, color=color, fontweight="bold")
+                ax.text(
+                    j,
+                    i,
+                    f"{fmt(v, ',.0f')}\ntok/s",
+                    ha="center",
+                    va="center",
+                    fontsize=10,
+                    color=color,
+                    fontweight="bold",
+                )
             else:
                 note = wrap(notes.get((i, j)) or "not in sweep", 24)
                 ax.text(j, i, note, ha="center", va="center", fontsize=8, color="#7a0000")
@@ -290,9 +198,9 @@ def plot_roofline(roof: pd.DataFrame) -> bytes | None:
     step_copy = pd.to_numeric(roof.get("achieved_fraction_measured", nan), errors="coerce")
     for yi, a, f, bw, copy in zip(y, ach, roof.fraction_of_max, step_bw, step_copy):
         if a == a and f is not None and f == f:
-            step = f"; decode step at {bw:.0%} of peak HBM" if bw == bw else ""
-            step += f" ({copy:.0%} of the measured copy ceiling)" if bw == bw and copy == copy else ""
-            ax.text(a, yi - h, f"  {f:.2%} of max (top-k){step}", va="center", fontsize=8)
+            step = f"; decode step at {fmt(bw, '.0%')} of peak HBM" if bw == bw else ""
+            step += f" ({fmt(copy, '.0%')} of the measured copy ceiling)" if bw == bw and copy == copy else ""
+            ax.text(a, yi - h, f"  {fmt(f, '.2%')} of max (top-k){step}", va="center", fontsize=8)
     ax.set_xscale("log")
     ax.set_yticks(y, roof.label)
     ax.set_ylim(-0.7, n - 0.3)
@@ -315,15 +223,163 @@ def plot_nvtx(summary: pd.DataFrame) -> bytes | None:
         return plot_range_breakdown(summary, Path(tmp) / "nvtx.png").read_bytes()
 
 
+# A decode step's parts, each without the parts inside it (bench.profiling.step_shares.PARTS are inclusive: the
+# metadata builds are inside the propose): (name, color, its median ms from a shares table row set `t` and column).
+STEP_PARTS = (
+    ("target forward", "#4c72b0", lambda t, c: t["bench.target.forward"][c]),
+    (
+        "draft propose (without its metadata builds)",
+        "#dd8452",
+        lambda t, c: t["bench.draft.propose"][c] - t["bench.draft.attn_metadata"][c],
+    ),
+    ("draft MLA metadata builds", "#c44e52", lambda t, c: t["bench.draft.attn_metadata"][c]),
+    ("rejection sampling", "#8172b3", lambda t, c: t["bench.sample.rejection"][c]),
+)
+STEP_REST = ("rest of the step (step median − the parts' medians)", "#bbbbbb")
+
+
+def step_segments(table: pd.DataFrame, column: str) -> list[tuple[str, str, float]]:
+    """A shares table's decode step cut into non-overlapping parts (name, color, ms) for one column (cpu_ms or
+    gpu_busy_ms); the rest of the step last. Each part is a median over the decode steps, so the parts need not
+    add up to the step's median: a negative difference is drawn as 0."""
+    t = table.set_index("part").to_dict("index")
+    t = {part: row for part, row in t.items()}
+    parts = [(name, color, max(float(get(t, column)), 0.0)) for name, color, get in STEP_PARTS]
+    step = float(t["bench.engine.step"][column])
+    return [*parts, (*STEP_REST, max(step - sum(v for _, _, v in parts), 0.0))]
+
+
+def capture_label(folder: Path, points: pd.DataFrame) -> str:
+    """A capture's engine configuration (its folder is capture-<engine id>.analysis), or the folder's name."""
+    engine = folder.name.removeprefix("capture-").removesuffix(".analysis")
+    series = points.loc[points.engine_id == engine, "series"] if "engine_id" in points else pd.Series([], dtype=object)
+    return str(series.iloc[0]) if len(series) else folder.name
+
+
+def step_breakdown_figure(shares: dict[Path, CaptureShares], points: pd.DataFrame) -> Figure | None:
+    """Per profiled engine configuration, its median decode step as stacked bars, CPU time and GPU busy time: the
+    target's forward, the draft's propose and metadata builds, rejection sampling and the rest, in ms."""
+    captures = [(capture_label(folder, points), c.table) for folder, c in sorted(shares.items()) if c.table is not None]
+    if not captures:
+        return None
+    bars = [
+        (f"{label}\n{kind}", step_segments(t, col))
+        for label, t in captures
+        for kind, col in (("CPU", "cpu_ms"), ("GPU busy", "gpu_busy_ms"))
+    ]
+    fig = new_figure(12, 1.8 + 0.7 * len(bars))
+    ax = fig.subplots()
+    y = np.arange(len(bars))[::-1]
+    top = max(sum(v for _, _, v in segs) for _, segs in bars) or 1.0
+    for yi, (_, segs) in zip(y, bars):
+        left = 0.0
+        for name, color, v in segs:
+            ax.barh(yi, v, left=left, height=0.6, color=color, label=name)
+            if v > 0.07 * top:
+                ax.text(left + v / 2, yi, fmt(v, ".2f"), ha="center", va="center", fontsize=8, color="white")
+            left += v
+        ax.text(left, yi, f"  {fmt(left, '.2f')} ms", va="center", fontsize=8)
+    ax.set_yticks(y, [label for label, _ in bars], fontsize=8)
+    ax.set_xlabel("ms per decode step (medians over the capture's decode steps)")
+    ax.set_title("Where a decode step's time goes (NVTX ranges)", fontsize=10)
+    ax.set_xlim(0, top * 1.15)
+    ax.grid(axis="x", alpha=0.3)
+    shared_legend(fig, [ax], ncol=3)
+    return fig
+
+
+def plot_step_breakdown(shares: dict[Path, CaptureShares], points: pd.DataFrame) -> bytes | None:
+    """step breakdown_figure as PNG bytes."""
+    return png_or_none(step_breakdown_figure(shares, points))
+
+
+def _millions(tokens: float) -> str:
+    return f"{fmt(tokens / 1e6, '.2f')}M"
+
+
+def dcp_tick(rows: pd.DataFrame) -> str:
+    """Under a DCP size: the KV tokens its group holds and the largest batch that fits at each length."""
+    kv = pd.to_numeric(rows.kv_cache_tokens, errors="coerce").dropna()
+    lines = [f"DCP {int(rows.dcp_size.iloc[0])}", f"KV {_millions(kv.max())} tok" if len(kv) else "KV ?"]
+    fits = rows.dropna(subset=["largest_batch"]).drop_duplicates(["input_len", "output_len"])
+    for r in fits.itertuples():
+        what = f" at {fmt(r.input_len, '.0f')}+{fmt(r.output_len, '.0f')}" if len(fits) > 1 else ""
+        lines.append(f"fits batch {fmt(r.largest_batch, ',.0f')}{what}")
+    return "\n".join(lines)
+
+
+def dcp_figure(dcp: pd.DataFrame) -> Figure | None:
+    """Output tok/s against DCP size on one y axis, one color per measured shape: measured (solid, the stated 95%
+    precision as error bars) beside the same scaled by the modelled communication (dashed, bench.dcp_comm); under
+    each size the KV capacity it buys and the largest batch that fits (not measured at that batch)."""
+    dcp = dcp[pd.to_numeric(dcp.output_throughput, errors="coerce").notna()] if len(dcp) else dcp
+    if not len(dcp) or dcp.dcp_size.nunique() < 2:
+        return None
+    sizes = sorted(int(d) for d in dcp.dcp_size.unique())
+    pos = {d: i for i, d in enumerate(sizes)}
+    fig = new_figure(10, 5.6)
+    ax = fig.subplots()
+    for i, (load, grp) in enumerate(dcp.groupby("load", sort=True)):
+        grp = grp.sort_values("dcp_size")
+        x = grp.dcp_size.map(pos).to_numpy(float)
+        y = pd.to_numeric(grp.output_throughput, errors="coerce")
+        color = f"C{i % 10}"
+        ax.errorbar(
+            x,
+            y,
+            yerr=relative_bars(y, grp.throughput_halfwidth),
+            color=color,
+            marker="o",
+            capsize=4,
+            linewidth=1.8,
+            label=f"{load}: measured (one GPU)",
+        )
+        comm = pd.to_numeric(grp.throughput_with_comm, errors="coerce")
+        if comm.notna().any():
+            ax.plot(
+                x,
+                comm,
+                color=color,
+                marker="o",
+                markerfacecolor="white",
+                linestyle="--",
+                linewidth=1.4,
+                label=f"{load}: with modelled communication",
+            )
+        for xi, yi, h in zip(x, y, grp.throughput_halfwidth):
+            text = fmt(yi, ",.1f") + ("" if isinstance(h, float) and h == h else " (no precision)")
+            ax.annotate(text, (xi, yi), textcoords="offset points", xytext=(6, 4), fontsize=8, color=color)
+    ax.set_xticks(range(len(sizes)), [dcp_tick(dcp[dcp.dcp_size == d]) for d in sizes], fontsize=8)
+    ax.set_xlim(-0.4, len(sizes) - 0.6)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("output tok/s")
+    ax.set_title(
+        "output tok/s vs DCP size at each measured batch\n"
+        "under each size: the KV tokens of its group and the largest batch that fits (capacity, not measured)",
+        fontsize=10,
+    )
+    ax.grid(alpha=0.3)
+    shared_legend(fig, [ax], ncol=2)
+    return fig
+
+
+def plot_dcp(dcp: pd.DataFrame) -> bytes | None:
+    """dcp_figure as PNG bytes."""
+    return png_or_none(dcp_figure(dcp))
+
+
 def draw_all(data: ReportData) -> dict[str, bytes | None]:
     """Every figure of the report, by name (nvtx0, nvtx1, ... for profiling tables)."""
+    styles = series_styles(data.points[data.points.status == "ok"])  # a configuration looks the same in each figure
     out = {
-        "throughput": plot_throughput(data.throughput),
-        "latency": plot_latency(data.latency),
-        "pareto": plot_pareto(data.pareto),
-        "acceptance": plot_acceptance(data.acceptance),
+        "throughput": plot_throughput(data.throughput, styles),
+        "latency": plot_latency_cdf(data.latency, data.samples, styles),
+        "timeline": plot_timeline(data.points, data.timelines),
+        "acceptance": plot_acceptance(data.acceptance, styles),
         "heatmap": plot_heatmap(data.heatmap),
         "roofline": plot_roofline(data.roofline),
+        "dcp": plot_dcp(data.dcp),
+        "steps": plot_step_breakdown(data.step_shares, data.points),
     }
     for i, (_, summary) in enumerate(data.nvtx):
         out[f"nvtx{i}"] = plot_nvtx(summary)

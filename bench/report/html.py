@@ -70,6 +70,7 @@ LATENCY_COLUMNS: Columns = {
 }
 PARETO_COLUMNS: Columns = {
     "label": ("point", None),
+    "lengths": ("input / output", None),
     "output_throughput": ("output tok/s", ",.1f"),
     "per_user_output_throughput": ("tok/s/user", ",.1f"),
     "tpot_p50_ms": ("TPOT p50 ms", ".2f"),

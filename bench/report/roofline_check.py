@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.effective import read_effective
+from bench.records import PointRecord
 from bench.store import SweepStore
 
 # A decode window with prefill running next to it this much of the time is not a pure decode measurement.
@@ -44,15 +45,23 @@ class StepFacts:
     downgrades: dict[str, dict] = field(default_factory=dict)  # engine id -> {asked, ran, because_of}
 
 
-def step_facts(sweep_dir: Path) -> StepFacts:
+def step_facts(
+    sweep_dir: Path, records: dict[str, PointRecord] | None = None, raw: dict[str, list[dict]] | None = None
+) -> StepFacts:
     """The prefill overlap of every point with raw records and the CUDA graph downgrade of every engine whose
-    server log says so."""
+    server log says so. `records`, `raw`: the directory's point records and raw request rows when already read
+    (bench.report.request_views.read_raw), so that a report reads them once."""
     store, facts = SweepStore(sweep_dir), StepFacts()
+    records = store.records() if records is None else records
     logs_read: set[str] = set()  # one read of each engine's log, downgrade or not
-    for pid, point in store.records().items():
-        raw = store.root / point.raw if point.raw else store.raw_path(pid)
-        if raw.is_file():
-            share = prefill_overlap(pd.read_parquet(raw))
+    for pid, point in records.items():
+        rows = None
+        if raw is not None:
+            rows = pd.DataFrame(raw[pid]) if pid in raw else None
+        elif (path := store.root / point.raw if point.raw else store.raw_path(pid)).is_file():
+            rows = pd.read_parquet(path)
+        if rows is not None and len(rows):
+            share = prefill_overlap(rows)
             if share is not None:
                 facts.prefill_overlap[pid] = share
         engine = point.engine_id

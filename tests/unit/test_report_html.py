@@ -34,7 +34,7 @@ SECTIONS = [
     "results",
     "throughput",
     "latency",
-    "pareto",
+    "timeline",
     "acceptance",
     "heatmap",
     "roofline",
@@ -611,7 +611,10 @@ def test_single_point_and_no_points(tmp_path):
         ],
     )
     paths = build_report(root)
-    check_page(paths, expect_imgs=6)
+    # throughput, acceptance, heatmap, roofline; no raw request records: no latency CDF and no timeline
+    page = check_page(paths, expect_imgs=4)
+    assert {im["data-plot"] for im in page.imgs} == {"throughput", "acceptance", "heatmap", "roofline"}
+    assert "No data to plot for this section (TPOT and ITL distributions per shape)" in " ".join(page.text)
     data = A.collect(root)
     assert data.pareto.pareto_user.tolist() == [True] and data.pareto.pareto_tpot.tolist() == [True]
     assert len(data.roofline) == 1 and data.roofline.fraction_of_max.iloc[0] > 0
