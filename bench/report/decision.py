@@ -485,6 +485,11 @@ def _starts_caveat(ok: pd.DataFrame, servers: pd.DataFrame | None, estimates: Ma
     else:
         short = f"{_range(starts, '.0f')} server starts each"
         counted = f"{_n(len(starts), 'engine configuration')}, {short}"
+    between = sorted(label for label in labels if label != WITHIN_ONE_START)
+    if between:  # estimates over several starts (bench.report.starts): the servers table is one start's
+        short = f"intervals {', '.join(between)}"
+        configs = len(starts) if starts is not None else len(ok.engine_id.unique()) if "engine_id" in ok else 0
+        return Caveat(short, f"{_n(configs, 'engine configuration')}, each on several server starts; {short}.")
     if labels and labels <= {WITHIN_ONE_START}:
         text = f"{counted}: every interval is within one start and leaves out the spread between starts, which can be larger."
     elif labels:

@@ -5,6 +5,7 @@ figures with known answers and on the committed pair of H200 starts of one lease
 from __future__ import annotations
 
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -76,7 +77,8 @@ def test_the_starts_report_leads_with_the_answer(two_starts):
     text = paths["starts_md"].read_text()
     lines = text.splitlines()
     assert lines[0] == "# Over 2 server starts"
-    assert "between 2 starts" in lines[2], "the decision view first, its figures over the starts"
+    assert "intervals between 2 starts" in lines[2], "the decision view first, its figures over the starts"
+    assert re.search(r"fastest: 1\.\d\dx no-spec \[0\.\d\d, \d\.\d\d\] between 2 starts", lines[4]), lines[4]
     agree = lines[lines.index("## Do the starts agree?") + 2]
     assert agree.startswith("1 of 3 points differ between starts") and "no-spec" in agree
     assert "## Noise budget (CV)" in text
