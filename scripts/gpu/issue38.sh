@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# On the GPU host after install-on-gpu-host.sh: issue 38 item 6 at Kimi scale, as one resumable job (run it under
+# scripts/gpu/detached.sh so that it outlives one call; results in /tmp/res38, copied to $OUT/issue38.tgz each call):
+#   starts  item 6(a): profiles/kimi-k2.6-rank-h200-starts.toml over its 3 server starts (no-spec and FLASHMLA/fp8
+#           k = 3 at 8x1024x256, 3 blocks a start): do the starts agree within their stated precision (starts.md)?
+#   ab      item 6(b): `bench ab` of the same profile, the candidate sleeping DELAY_MS after every engine step
+#           (default 0.5 ms: ~5% of the ~10 ms FLASHMLA step, ~7% of no-spec's 7.5 ms): the gate must exit 4;
+#   aa      the same environment on both sides: the gate must not exit 4, and a pass (exit 0) states its bound.
+# Usage: issue38.sh BUDGET_SECONDS TASK... (ROUNDS, MAX_ROUNDS, DELAY_MS, MAX_EFFECT from the environment). Each task
+# resumes what an earlier call or lease left (`sweep --resume`, `ab --resume`; the A/B's locked design refuses a
+# changed one), and a task already finished is skipped. Device time per task is printed and kept in
+# /tmp/res38/<task>.seconds.
+set -uo pipefail
+source scripts/gpu/common.sh
+budget=${1:?usage: issue38.sh BUDGET_SECONDS starts|ab|aa...}; shift
+rounds=${ROUNDS:-6}; max_rounds=${MAX_ROUNDS:-10}; delay=${DELAY_MS:-0.5}; max_effect=${MAX_EFFECT:-0.05}
+profile=profiles/kimi-k2.6-rank-h200-starts.toml
+py=$(command -v python)
+res=/tmp/res38
+mkdir -p $res
+[ -e /tmp/bench-patched ] || { python -m bench patch apply > $res/patch-apply.txt && touch /tmp/bench-patched; } || exit 1
+python -m bench patch status > $res/patch-status.txt
+for task in "$@"; do
+  grep -qE "^exit [0-9]+$" $res/$task.exit 2>/dev/null && { echo "== $task done: $(cat $res/$task.exit)"; continue; }
+  left=$((budget - SECONDS - 30))
+  [ $left -gt 120 ] || { echo "== $left s left: not starting $task"; continue; }
+  t0=$SECONDS
+  case $task in
+    starts)
+      resume=(); [ -d $res/starts ] && resume=(--resume)
+      timeout -s TERM $left python -m bench sweep $profile --out $res/starts "${resume[@]}" >> $res/starts.log 2>&1 ;;
+    ab|aa)
+      extra=(); resume=()
+      [ "$task" = ab ] && extra=(--candidate-env "BENCH_STEP_DELAY_MS=$delay")
+      [ -d $res/$task ] && resume=(--resume)
+      timeout -s TERM $left python -m bench ab $profile --baseline "$py" --candidate "$py" --rounds "$rounds" \
+        --max-rounds "$max_rounds" --max-effect "$max_effect" --out $res/$task "${resume[@]}" "${extra[@]}" \
+        >> $res/$task.log 2>&1 ;;
+    *) echo "unknown task $task" >&2; exit 2 ;;
+  esac
+  rc=$?
+  echo $((SECONDS - t0 + $(cat $res/$task.seconds 2>/dev/null || echo 0))) > $res/$task.seconds.new && mv $res/$task.seconds.new $res/$task.seconds
+  grep -vE "^\[?(INFO|DEBUG)" $res/$task.log | tail -20
+  [ $rc -eq 124 ] || echo "exit $rc" > $res/$task.exit
+  echo "== $task: exit $rc after $(cat $res/$task.seconds) s in all (124: cut by the budget, run again)"
+done
+tar czf "$OUT/issue38.tgz" --exclude="*/run" -C /tmp res38
