@@ -16,6 +16,7 @@ from bench.errors import BenchError, ExitCode
 from bench.files import atomic_write_bytes
 from bench.fmt import md_rows
 from bench.hardware import detect_machine
+from bench.sides import AbSide, write_ab_side
 from bench.stats import CPU_AA_BETWEEN_CV, look_level, plan_design
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,6 +126,8 @@ def run_ab(
     print(f"ab design: {design}", file=sys.stderr, flush=True)
     gate = {"min_effect": min_effect, "max_effect": max_effect, "correction": correction, "paired": paired}
     ab_salt(out, planned.profile.run.prompt_salt)  # after the design's checks: a refused A/B writes nothing
+    for side, env in (("baseline", a), ("candidate", b)):  # what this A/B set per side, for compare.md
+        write_ab_side(out / side, AbSide(python=env.python, patch=env.patch, variables=dict(env.variables)))
     result, looks = _run_rounds(max_rounds or rounds, levels, alpha, gate, a, b, out, profile, repeat, ray)
     code = _write_compare(out, result, looks, ray)
     if calibrate:
@@ -217,7 +220,7 @@ def _write_compare(out: Path, result: dict, looks: list[dict], ray: str | None) 
     from bench.compare import compare_markdown, outcome
     from bench.distributed import ab_rounds
 
-    text = compare_markdown(result)
+    text = compare_markdown(result, out)
     if ray is not None:
         text += ab_rounds.nodes_markdown(out, len(list((out / "baseline").glob("round-*"))))
     if looks:

@@ -219,7 +219,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         paired=args.paired,
         across_methods=args.across_methods,
     )
-    text = compare_markdown(result)
+    text = compare_markdown(result, args.out.parent if args.out else None)
     print(text)
     if args.out:
         atomic_write_bytes(args.out, text.encode())

@@ -22,6 +22,7 @@ from bench.fmt import fmt, is_missing, md_rows
 from bench.metrics import request_latencies
 from bench.records import PointRecord, Trial
 from bench.run_options import figure_keys
+from bench.sides import changed_markdown, shown_paths, what_changed
 from bench.stats import CORRECTIONS, UNREACHABLE, Comparison, compare_servers, decide, per_test_alpha
 from bench.store import SweepStore
 
@@ -231,6 +232,7 @@ def compare_dirs(baseline: Path, candidate: Path, across_methods: bool = False, 
         "decomposition": decompose(result["table"]),
         "baseline": str(baseline),
         "candidate": str(candidate),
+        "what_changed": what_changed(baseline, candidate),
     }
 
 
@@ -412,14 +414,16 @@ def _verdict_cell(r) -> str:
     return str(r.verdict)
 
 
-def compare_markdown(result: dict) -> str:
-    """Markdown for a PR comment: gate problems first, then the verdict table, then every metric and the noise."""
+def compare_markdown(result: dict, relative_to: Path | None = None) -> str:
+    """Markdown for a PR comment: gate problems first, then the verdict table, then every metric and the noise.
+    Paths print relative to `relative_to` (the folder compare.md is written in; default the working directory)."""
     t, f = result["table"], result["failures"]
     counts = t.verdict.value_counts().to_dict() if not t.empty else {}
+    base_path, cand_path = shown_paths([result["baseline"], result["candidate"]], relative_to)
     lines = [
         "## bench compare",
         "",
-        f"Baseline `{result['baseline']}` vs candidate `{result['candidate']}`: "
+        f"Baseline `{base_path}` vs candidate `{cand_path}`: "
         f"{counts.get('slower', 0)} slower, {counts.get('faster', 0)} faster, {counts.get('no change', 0)} "
         f"no change, {counts.get('insufficient data', 0)} insufficient data, {int(f.gated.sum())} failed or missing "
         f"(a verdict needs p < {result['alpha']} over server starts, an interval excluding 1 (gated tests: "
@@ -430,6 +434,7 @@ def compare_markdown(result: dict) -> str:
         "",
         f"**Outcome: {outcome(result)[1]}**",
         "",
+        *changed_markdown(result.get("what_changed")),
     ]
     if not f.empty:
         lines += ["### Failed or missing in the candidate", ""]

@@ -44,6 +44,22 @@ def vllm_provenance() -> dict:
         return {"problem": str(exc)}
 
 
+# The variables that change what bench or vLLM does; names that may hold a secret are never recorded.
+VARIABLE_PREFIXES = ("BENCH_", "VLLM_")
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+
+
+def run_variables(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The BENCH_* and VLLM_* environment variables set (an `ab` side's --candidate-env, a step delay), by name;
+    any whose name says it may be a secret left out."""
+    env = os.environ if environ is None else environ
+    return {
+        k: v
+        for k, v in sorted(env.items())
+        if k.startswith(VARIABLE_PREFIXES) and not any(w in k.upper() for w in SECRET_WORDS)
+    }
+
+
 def collect_environment(machine: Machine) -> dict:
     return {
         "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -54,4 +70,5 @@ def collect_environment(machine: Machine) -> dict:
         "platform": platform.platform(),
         "machine": machine.to_dict(),
         "vllm": vllm_provenance(),
+        "variables": run_variables(),
     }

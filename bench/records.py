@@ -275,11 +275,26 @@ class PointRecord(Open):
         return self
 
 
+class Environment(Open):
+    """What a session ran on (bench.environment.collect_environment). Manifests before 2026-12-07 have no
+    `variables`: the BENCH_* and VLLM_* environment variables the sweep ran with (a step delay, say)."""
+
+    bench_version: str | None = None
+    suite_git: dict[str, Any] = {}
+    python: str | None = None
+    python_executable: str | None = None
+    platform: str | None = None
+    machine: dict[str, Any] = {}
+    vllm: dict[str, Any] = {}
+    variables: dict[str, str] | None = None
+
+
 class Manifest(Open):
     """What a sweep planned and on what (bench.sweep._write_manifest; `bench load --url` adds `server_url`)."""
 
     schema_version: int
     created: str | None = None
+    environment: Environment = Environment()
     plan: list[dict[str, Any]] = []
     profile: dict[str, Any] = {}
     counts: dict[str, int] = {}
