@@ -11,7 +11,7 @@ underscores, values as TOML values): it gets the same treatment, with no value c
 The built-in axes (draft attention backend, draft KV dtype, DCP size, k, shapes, emulated DCP) have semantics of
 their own (k = 0 is the baseline, DCP is a parallel size, shapes make the load) and live in bench/profile.py.
 
-To add one: a `ServerAxis` in AXES, a test (tests/unit/test_axes.py), a line in the README's profile section
+To add one: a `ServerAxis` in AXES, a test (tests/unit/test_axes.py), a line in docs/cli.md's profile section
 (docs/architecture.md "How to ...").
 """
 

@@ -1,5 +1,5 @@
 """The one user-facing error type, and the exit codes of every command in one table (the CLI's --help epilog is
-built from it; a test checks that the README lists the same codes)."""
+built from it; a test checks that docs/cli.md lists the same codes)."""
 
 from enum import IntEnum
 
