@@ -276,16 +276,10 @@ class PointRecord(Open):
 
 
 class Environment(Open):
-    """What a session ran on (bench.environment.collect_environment). Manifests before 2026-12-07 have no
-    `variables`: the BENCH_* and VLLM_* environment variables the sweep ran with (a step delay, say)."""
+    """What a session ran on (bench.environment.collect_environment: the suite's commit, Python, machine, vLLM and
+    its patch states, read by name). Typed here: `variables`, the BENCH_* and VLLM_* environment variables the sweep
+    ran with (a step delay, say); manifests before 2026-12-07 have none."""
 
-    bench_version: str | None = None
-    suite_git: dict[str, Any] = {}
-    python: str | None = None
-    python_executable: str | None = None
-    platform: str | None = None
-    machine: dict[str, Any] = {}
-    vllm: dict[str, Any] = {}
     variables: dict[str, str] | None = None
 
 

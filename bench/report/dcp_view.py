@@ -10,6 +10,8 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.dcp_comm import NVLINK_8X_H200, Backend, Mla, kv_capacity, step_comm
+from bench.fmt import NO_PRECISION
+from bench.report.result_fields import pm_text
 
 COLUMNS = {
     "load": ("shape", None),
@@ -89,9 +91,7 @@ def dcp_rows(points: pd.DataFrame, models: dict[str, tuple[dict | None, dict | N
                 "loopback": "yes" if r.dcp_loopback else "no",
                 "window": getattr(r, "window", None),
                 "output_throughput": r.output_throughput,
-                "throughput_pm": f"+-{100 * r.throughput_halfwidth:.1f}%"
-                if pd.notna(r.throughput_halfwidth)
-                else "n/a",
+                "throughput_pm": pm_text(r.throughput_halfwidth) or NO_PRECISION,
                 "step_p50_ms": step,
                 "comm_ms": comm_ms,
                 "verify_path": comm.verify_path if comm and comm.dcp > 1 else None,

@@ -200,7 +200,7 @@ def plot_roofline(roof: pd.DataFrame) -> bytes | None:
         if a == a and f is not None and f == f:
             step = f"; decode step at {fmt(bw, '.0%')} of peak HBM" if bw == bw else ""
             step += f" ({fmt(copy, '.0%')} of the measured copy ceiling)" if bw == bw and copy == copy else ""
-            ax.text(a, yi - h, f"  {fmt(f, '.2%')} of max (top-k){step}", va="center", fontsize=8)
+            ax.text(a, yi - h, f"  {fmt(f, '.1%')} of max (top-k){step}", va="center", fontsize=8)
     ax.set_xscale("log")
     ax.set_yticks(y, roof.label)
     ax.set_ylim(-0.7, n - 0.3)

@@ -30,6 +30,7 @@ from bench.report.dcp_view import COLUMNS as DCP_COLUMNS
 from bench.report.dcp_view import NOTE as DCP_NOTE
 from bench.report.decision import GOODPUT_NOTE, TABLE_HEADERS, DecisionView, table_frame
 from bench.report.servers import SERVER_HEADERS, SERVER_NOTE
+from bench.report.servers import shown as shown_servers
 from bench.report.speedup import WITHIN_START, page_notes
 from bench.report.speedup import stated as speedup_stated
 from bench.report.tables import AXIS_PREFIX
@@ -102,8 +103,8 @@ ROOFLINE_INPUT_COLUMNS: Columns = {
     "draft_kv_cache_dtype": ("draft KV dtype", None),
     "mean_acceptance_length": ("mean acceptance length", ".3f"),
     "tokens_per_step": ("tokens/step", ",.2f"),
-    "bandwidth_bytes_s": ("datasheet bandwidth B/s", ".3g"),
-    "measured_bandwidth_bytes_s": ("measured copy B/s", ".3g"),
+    "bandwidth_bytes_s": ("datasheet bandwidth", "bytes/s"),
+    "measured_bandwidth_bytes_s": ("measured copy", "bytes/s"),
 }
 ROOFLINE_COLUMNS: Columns = {
     "label": ("point", None),
@@ -114,10 +115,10 @@ ROOFLINE_COLUMNS: Columns = {
     "bytes_per_step_per_gpu": ("bytes/step/GPU", "bytes"),
     "max_output_tok_s": ("max tok/s", ",.0f"),
     "output_throughput": ("achieved tok/s", ",.1f"),
-    "fraction_of_max": ("achieved / max", ".3%"),
+    "fraction_of_max": ("achieved / max", ".1%"),
     "uniform_experts_read": ("experts/MoE layer (uniform)", ".2f"),
     "max_output_tok_s_uniform": ("max tok/s (uniform)", ",.0f"),
-    "fraction_of_max_uniform": ("achieved / max (uniform)", ".3%"),
+    "fraction_of_max_uniform": ("achieved / max (uniform)", ".1%"),
 }
 SPEEDUP_COLUMNS: Columns = {
     "speedup_output": ("speedup tok/s (× k=0)", ".2f"),
@@ -133,9 +134,9 @@ CHECK_COLUMNS: Columns = {
     "step_ms": ("measured step ms", ".2f"),
     "step_source": ("measured step from", None),
     "achieved_tb_s": ("achieved TB/s", ".2f"),
-    "achieved_fraction": ("of datasheet peak", ".0%"),
-    "achieved_fraction_measured": ("of measured copy ceiling", ".0%"),
-    "prefill_overlap": ("decode time with prefill", ".0%"),
+    "achieved_fraction": ("of datasheet peak", ".1%"),
+    "achieved_fraction_measured": ("of measured copy ceiling", ".1%"),
+    "prefill_overlap": ("decode time with prefill", ".1%"),
     "note": ("model vs measurement", None),
 }
 MODEL_INPUT_COLUMNS: Columns = {"quantity": ("quantity", None), "value": ("value", None), "source": ("source", None)}
@@ -399,7 +400,7 @@ def page_context(data: ReportData, images: Mapping[str, bytes | None]) -> dict:
             table_id="effective",
         ),
         "servers": table(
-            data.servers,
+            shown_servers(data.servers),
             {k: (h, ".0f" if k == "starts" else None) for k, h in SERVER_HEADERS.items()},
             table_id="servers",
         ),

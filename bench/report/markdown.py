@@ -11,6 +11,7 @@ from bench.report.categories import category_markdown, has_workloads
 from bench.report.dcp_view import dcp_markdown
 from bench.report.result_fields import markdown_columns, with_precision
 from bench.report.servers import SERVER_HEADERS, SERVER_NOTE
+from bench.report.servers import shown as shown_servers
 from bench.report.speedup import markdown_notes, markdown_results, with_speedups
 from bench.report.tables import AXIS_PREFIX, axis_columns
 
@@ -112,7 +113,7 @@ def summary_markdown(
         lines += _flagged(bad, "**What the failed servers had selected, against what was asked (from their logs):**")
     if servers is not None and len(servers):
         columns = {k: (h, 0) for k, h in SERVER_HEADERS.items()}
-        lines += ["## Servers", "", md_table(servers, columns), "", SERVER_NOTE, ""]
+        lines += ["## Servers", "", md_table(shown_servers(servers), columns), "", SERVER_NOTE, ""]
     lines += ["## Provenance", ""] + [f"- {k}: {v}" for k, v in prov.items()] + [""]
     return "\n".join(lines)
 
@@ -126,7 +127,10 @@ def _served_line(ok: pd.DataFrame) -> list[str]:
     if ratios.eq(1).all():
         tokens = "equal at every point"
     else:
-        tokens = f"vLLM / client {ratios.min():.4f}-{ratios.max():.4f} (the flags name points off by more than 0.1%)"
+        tokens = (
+            f"vLLM / client {fmt(ratios.min(), '.4f')}-{fmt(ratios.max(), '.4f')} (the flags name points off by more "
+            "than 0.1%)"
+        )
     lines = [
         f"Cross-check against vLLM's own counters over each window ({len(ratios)} of {len(ok)} points): generated "
         f"tokens (`vllm:generation_tokens_total`) and the tokens the client received: {tokens}."
@@ -134,9 +138,10 @@ def _served_line(ok: pd.DataFrame) -> list[str]:
     tpot, ttft = ok.tpot_client_over_vllm.dropna(), ok.ttft_client_minus_vllm_ms.dropna()
     if len(tpot) and len(ttft):
         lines[0] += (
-            f" Mean TPOT, client / vLLM (`vllm:request_time_per_output_token_seconds`): {tpot.min():.3f}-"
-            f"{tpot.max():.3f}. Mean TTFT, client - vLLM (`vllm:time_to_first_token_seconds`, from its front end's "
-            f"arrival): {ttft.min():+.1f} to {ttft.max():+.1f} ms, the client's and the HTTP path's share."
+            f" Mean TPOT, client / vLLM (`vllm:request_time_per_output_token_seconds`): {fmt(tpot.min(), '.3f')}-"
+            f"{fmt(tpot.max(), '.3f')}. Mean TTFT, client - vLLM (`vllm:time_to_first_token_seconds`, from its "
+            f"front end's arrival): {fmt(ttft.min(), '+.1f')} to {fmt(ttft.max(), '+.1f')} ms, the client's and the "
+            "HTTP path's share."
         )
     return [*lines, ""]
 
@@ -147,7 +152,8 @@ WINDOW_NOTE = (
     "(ramp-up and drain left out; docs/measurement.md); the `+-` after output tok/s is the 95% confidence "
     "half-width of that ratio over the same whole cycles (the point's blocks as units from 3 blocks on, each started "
     "at its own random phase; else whole-cycle sub-windows), the `TPOT +-` that of the steady mean TPOT (the p50 "
-    "beside it has no interval of its own); `short: n cycles`: fewer than 3 whole cycles, no precision stated; "
+    "beside it has no interval of its own); `n/a (short: n cycles)`: fewer than 3 whole cycles, no precision "
+    "stated; `n/a` alone: the record states no precision (a whole window); "
     "`whole-window tok/s` is first send to last end, ramp-up and drain included. `window` whole: no steady span (an "
     "open-loop arrival, or too few requests): the whole window."
 )

@@ -4,7 +4,8 @@ with one entry here (after its column in tables.POINT_COLUMNS). The configuratio
 are the renderers' own.
 
 A precision column (PRECISION) is a derived text column under a "+-" header: "x.x%", the record's relative 95%
-half-width (bench.window.precision) of the figure to its left, so that figure never appears without it.
+half-width (bench.window.precision) of the figure to its left, so that figure never appears without it; "n/a"
+(bench.fmt.NO_PRECISION) where the record states none.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pandas as pd
+
+from bench.fmt import NO_PRECISION, fmt, is_missing
 
 
 @dataclass(frozen=True)
@@ -79,10 +82,14 @@ def _shown(f: ResultField, points: pd.DataFrame) -> bool:
 
 
 def with_precision(points: pd.DataFrame) -> pd.DataFrame:
-    """`points` with the PRECISION text columns ("+-x.x%", None where the record states no precision; "short: n
-    cycles" beside a headline over fewer than 3 whole cycles of the loop, which states none)."""
+    """`points` with the PRECISION text columns ("x.x%"; NO_PRECISION where the record states none: a whole-window
+    point, a k = 0 baseline's speedup; "n/a (short: n cycles)" beside a headline over fewer than 3 whole cycles of
+    the loop, which states none). Left missing where no record has the source."""
     out = points.assign(
-        **{shown: points[source].map(pm_text) if source in points else None for shown, source in PRECISION.items()}
+        **{
+            shown: points[source].map(lambda h: pm_text(h) or NO_PRECISION) if source in points else None
+            for shown, source in PRECISION.items()
+        }
     )
     if "steady_short" in points and "throughput_pm" in out:
         short = points["steady_short"].fillna(False).astype(bool)
@@ -91,8 +98,9 @@ def with_precision(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def short_text(cycles) -> str:
-    return f"short: {0 if cycles is None or pd.isna(cycles) else int(cycles)} cycles"
+    return f"{NO_PRECISION} (short: {0 if cycles is None or pd.isna(cycles) else int(cycles)} cycles)"
 
 
 def pm_text(halfwidth) -> str | None:
-    return None if halfwidth is None or pd.isna(halfwidth) else f"{halfwidth:.1%}"
+    """A relative 95% half-width as text ("6.2%"), None where there is none (prose leaves it out)."""
+    return None if is_missing(halfwidth) else fmt(halfwidth, ".1%")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.fmt import fmt
 from bench.records import PointRecord
 from bench.store import SweepStore
 
@@ -35,7 +36,7 @@ COMPILED = re.compile(r"Compiling a graph for ")
 CACHE_LOADED = re.compile(r"Directly load (?:AOT compilation|the compiled graph)")
 
 SERVER_COLUMNS = ["engine", "engine_id", "starts", "ready_s", "torch_compile", *LOG_FIGURES]
-#: column -> header, for summary.md and report.html (values are shown as logged: text)
+#: column -> header, for summary.md and report.html (the logged text, its numbers through bench.fmt: `shown`)
 SERVER_HEADERS = {
     "engine": "engine config",
     "starts": "starts",
@@ -54,7 +55,8 @@ SERVER_HEADERS = {
 SERVER_NOTE = (
     "One row per engine config with a server log. `ready s`: from the server's start to /health answering, per "
     "start that served points (bench's clock); the rest is vLLM's own start-up lines in the log, one value per "
-    "start in start order where they differ (`-`: that start did not log it, e.g. it died first). Under DCP N the KV "
+    "start in start order where they differ (`-`: that start did not log it, e.g. it died first; numbers rounded, "
+    "servers.csv has them as logged). Under DCP N the KV "
     "tokens are the group's (N x the rank's local slots)."
 )
 
@@ -100,6 +102,23 @@ def compile_state(start_log: str) -> str | None:
 def last_start(text: str) -> str:
     """The last start of a server log (a resumed sweep appends its starts to one log)."""
     return _starts(text)[-1]
+
+
+_LOGGED_NUMBER = re.compile(r"\d[\d,]*\.\d+")
+
+
+def shown(servers: pd.DataFrame) -> pd.DataFrame:
+    """The server table as the reports show it: every decimal number in the logged values (a start's "6.184323",
+    each of "9.824195/6.282417", the "140.28x" of a concurrency) through bench.fmt, at most two decimals and
+    SIGNIFICANT digits; servers.csv keeps them as logged."""
+
+    def reformat(value):
+        if not isinstance(value, str):
+            return value
+        return _LOGGED_NUMBER.sub(lambda m: fmt(float(m.group().replace(",", "")), ",.2f"), value)
+
+    figures = [c for c in servers.columns if c in LOG_FIGURES]
+    return servers.assign(**{c: servers[c].map(reformat) for c in figures})
 
 
 def _starts(text: str) -> list[str]:

@@ -162,7 +162,8 @@ def markdown_results(ok: pd.DataFrame, columns: dict[str, tuple[str, int]]) -> t
         shown = shown.assign(dcp_size=dcp)
     if "speedup_output" in ok:
         times = {
-            c: ok[c].map(lambda v: None if pd.isna(v) else f"{v:.2f}x") for c in ("speedup_output", "speedup_tpot")
+            c: ok[c].map(lambda v: None if pd.isna(v) else fmt(v, ".2f") + "x")
+            for c in ("speedup_output", "speedup_tpot")
         }
         shown = shown.assign(**times)  # (the +- text: result_fields.with_precision)
         pm = stated(ok)  # (summaries of whole-window sweeps stay what they were)

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.fmt import NO_PRECISION
 from bench.report import analysis as A
 from bench.report import result_fields
 from bench.report.html import render_html
@@ -26,7 +27,7 @@ def test_precision_columns_follow_their_figures():
     points = pd.DataFrame({"throughput_halfwidth": [0.0312, None], "tpot_halfwidth": [0.004, float("nan")]})
     shown = result_fields.with_precision(points)
     assert shown.throughput_pm[0] == "3.1%" and shown.tpot_pm[0] == "0.4%"
-    assert pd.isna(shown.throughput_pm[1]) and pd.isna(shown.tpot_pm[1])  # no precision: shown as missing
+    assert shown.throughput_pm[1] == shown.tpot_pm[1] == NO_PRECISION  # no precision: said one way (bench.fmt)
     md, html = result_fields.markdown_columns(pd.DataFrame()), result_fields.html_columns(pd.DataFrame())
     for figure, pm in (("output_throughput", "throughput_pm"), ("tpot_p50_ms", "tpot_pm")):
         for columns in (md, html):
@@ -58,6 +59,6 @@ def test_the_summary_says_how_far_vllms_counters_and_the_client_agree():
     assert "Mean TPOT, client / vLLM (`vllm:request_time_per_output_token_seconds`): 0.998-1.002" in line
     assert "+2.5 to +4.1 ms" in line and blank == ""
     off = ok.assign(served_token_ratio=[1.0, 1.3, None])
-    assert "vLLM / client 1.0000-1.3000 (the flags name points off by more than 0.1%)" in _served_line(off)[0]
+    assert "vLLM / client 1.000-1.300 (the flags name points off by more than 0.1%)" in _served_line(off)[0]
     assert _served_line(ok.assign(served_token_ratio=None)) == []  # records from before the cross-check
     assert _served_line(pd.DataFrame({"x": [1]})) == []
