@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.fmt import md_rows
+from bench.fmt import fmt, md_rows
 
 STEP = "bench.engine.step"
 PARTS = {  # range -> what it is
@@ -123,11 +123,11 @@ def shares_markdown(table: pd.DataFrame, decode: int, engine_steps: int) -> str:
     rows = (
         [
             f"{r.what} (`{r.part}`)",
-            f"{r.per_step:g}",
-            f"{r.cpu_ms:.3f}",
-            f"{r.cpu_share:.1%}",
-            f"{r.gpu_busy_ms:.3f}",
-            f"{r.gpu_share:.1%}",
+            f"{fmt(r.per_step)}",
+            f"{fmt(r.cpu_ms, '.3f')}",
+            f"{fmt(r.cpu_share, '.1%')}",
+            f"{fmt(r.gpu_busy_ms, '.3f')}",
+            f"{fmt(r.gpu_share, '.1%')}",
         ]
         for r in table.itertuples()
     )
@@ -143,10 +143,10 @@ def comparison_markdown(tables: dict[str, pd.DataFrame]) -> str:
         cells = []
         for t in tables.values():
             r = t.set_index("part").loc[part]
-            cells.append(f"{r.cpu_share:.1%} / {r.gpu_share:.1%}")
+            cells.append(f"{fmt(r.cpu_share, '.1%')} / {fmt(r.gpu_share, '.1%')}")
         rows.append([what, *cells])
     steps = [
-        f"{t.iloc[0].cpu_ms:.1f} / {t.iloc[0].gpu_busy_ms:.2f} ms" for t in tables.values()
+        f"{fmt(t.iloc[0].cpu_ms, '.1f')} / {fmt(t.iloc[0].gpu_busy_ms, '.2f')} ms" for t in tables.values()
     ]  # row 0: the step itself
     rows.append(["decode step, CPU / GPU busy (median)", *steps])
     return "\n".join(md_rows(["share of a decode step, CPU / GPU busy", *tables], rows)) + "\n"

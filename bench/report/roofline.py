@@ -52,6 +52,7 @@ from pathlib import Path
 
 from bench import kimi_rank
 from bench.effective import stored_model_configs
+from bench.fmt import fmt
 
 # Peak HBM bandwidth per GPU, bytes/s (vendor datasheets). Matched against nvidia-smi's name, most specific first.
 GPU_BANDWIDTH = [
@@ -103,12 +104,12 @@ def measured_bandwidth(environment: dict) -> tuple[float | None, str]:
         return None, f"not measured: {entry.get('reason') or 'no value recorded'}"
     size, median = entry.get("size_bytes"), entry.get("median_bytes_per_s")
     what = [
-        f"device-to-device copy{f' of {size / 2**30:g} GiB' if isinstance(size, int | float) else ''}",
+        "device-to-device copy" + (f" of {fmt(size / 2**30)} GiB" if isinstance(size, int | float) else ""),
         "read + write counted",
         f"best of {entry.get('repeats', '?')}"
-        + (f" (median {median / 1e12:.2f})" if isinstance(median, int | float) else ""),
+        + (f" (median {fmt(median / 1e12, '.2f')})" if isinstance(median, int | float) else ""),
     ]
-    return bw, f"{bw / 1e12:.2f} TB/s: {', '.join(what)}"
+    return bw, f"{fmt(bw / 1e12, '.2f')} TB/s: {', '.join(what)}"
 
 
 # --- model configs -----------------------------------------------------------------------------------------

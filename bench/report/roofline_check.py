@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.effective import read_effective
+from bench.fmt import fmt
 from bench.records import PointRecord
 from bench.store import SweepStore
 
@@ -153,12 +154,12 @@ def explain(
     results show overrides it), then what else the measured step holds."""
     if fraction > 1.0:
         reasons = [
-            f"faster than its modelled bytes allow ({fraction:.0%} of peak): the model overcounts (routing less "
+            f"faster than its modelled bytes allow ({fmt(fraction, '.0%')} of peak): the model overcounts (routing less "
             "spread than uniform, or reads served from L2)"
         ]
     elif downgrade:
         reasons = [
-            f"{fraction:.0%} of peak: vLLM ran the whole engine with {downgrade['ran']} CUDA graphs instead of "
+            f"{fmt(fraction, '.0%')} of peak: vLLM ran the whole engine with {downgrade['ran']} CUDA graphs instead of "
             f"{downgrade['asked']} (because of {downgrade['because_of']}; server log), so launches, not bytes, set "
             "the step"
         ]
@@ -166,12 +167,12 @@ def explain(
         reasons = [_bound(concurrency, k, fraction)]
     if overlap is not None and overlap >= OVERLAP_SHARE:
         reasons.append(
-            f"prefill mixed in: another request was prefilling during {overlap:.0%} of the decode time, so the "
+            f"prefill mixed in: another request was prefilling during {fmt(overlap, '.0%')} of the decode time, so the "
             "measured step holds prefill chunks the model does not count (decode alone is faster)"
         )
     if emulated_extra:
         reasons.append(
-            f"emulated DCP rank: {emulated_extra / 1e9:.2f} GB of the modelled bytes are projections sized for the "
+            f"emulated DCP rank: {fmt(emulated_extra / 1e9, '.2f')} GB of the modelled bytes are projections sized for the "
             "gathered heads, which a real DCP rank does not read"
         )
     return "; ".join(reasons) + "."
@@ -180,11 +181,11 @@ def explain(
 def _bound(concurrency: int, k: int, fraction: float) -> str:
     unmodelled = "launches, activations, sampler" + (", draft metadata and its sequential passes" if k else "")
     if fraction >= NEAR_ROOFLINE:
-        return f"agrees: bandwidth-bound, {fraction:.0%} of peak"
+        return f"agrees: bandwidth-bound, {fmt(fraction, '.0%')} of peak"
     if fraction < FAR_BELOW and concurrency == 1:
-        return f"latency-bound at batch 1: the step takes {1 / fraction:.1f}x its bytes' time at peak ({unmodelled})"
+        return f"latency-bound at batch 1: the step takes {fmt(1 / fraction, '.1f')}x its bytes' time at peak ({unmodelled})"
     where = "far below" if fraction < FAR_BELOW else "below"
-    return f"{where} the roofline ({fraction:.0%} of peak): the rest of the step is work the model omits ({unmodelled})"
+    return f"{where} the roofline ({fmt(fraction, '.0%')} of peak): the rest of the step is work the model omits ({unmodelled})"
 
 
 def number(v: object) -> float | None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from bench import dcp_emulation, kimi_rank
+from bench.fmt import fmt
 from bench.report.roofline import (
     draft_fc_params,
     draft_pass_params,
@@ -254,7 +255,7 @@ def model_inputs_table(
         ("GPU", machine.get("gpu_name") or f"none ({machine.get('platform')})", "manifest environment.machine"),
         (
             "HBM bandwidth per GPU",
-            f"{bw[0] / 1e12:g} TB/s ({bw[1]})" if bw else "unknown",
+            f"{fmt(bw[0] / 1e12)} TB/s ({bw[1]})" if bw else "unknown",
             "bench.report.roofline.GPU_BANDWIDTH",
         ),
     ]
@@ -267,13 +268,14 @@ def model_inputs_table(
             rows += _config_rows(role, cfg, spec if role == "target" else None)
     if target and draft:
         rows += [
-            (f"target params read per pass: {k}", f"{v:,.0f}", "derived")
+            (f"target params read per pass: {k}", f"{fmt(v, ',.0f')}", "derived")
             for k, v in target_weight_params(target).items()
         ]
         rows += [
-            (f"draft params read per pass: {k}", f"{v:,.0f}", "derived") for k, v in draft_pass_params(draft).items()
+            (f"draft params read per pass: {k}", f"{fmt(v, ',.0f')}", "derived")
+            for k, v in draft_pass_params(draft).items()
         ]
-        rows.append(("draft fc params (once per step)", f"{draft_fc_params(draft):,.0f}", "derived"))
+        rows.append(("draft fc params (once per step)", f"{fmt(draft_fc_params(draft), ',.0f')}", "derived"))
         rows.append(
             (
                 "MLA latent elements per token per layer",
@@ -290,7 +292,7 @@ def measured_bandwidth_row(
     """The inputs table's row for the measured copy ceiling, with its share of the datasheet figure."""
     value, text = measured
     if value is not None and datasheet:
-        text += f"; {value / datasheet[0]:.0%} of the datasheet's {datasheet[0] / 1e12:g} TB/s"
+        text += f"; {fmt(value / datasheet[0], '.0%')} of the datasheet's {fmt(datasheet[0] / 1e12)} TB/s"
     return ("measured copy bandwidth per GPU", text, "manifest environment.bandwidth (bench.bandwidth)")
 
 
@@ -313,9 +315,9 @@ def _config_rows(role: str, cfg: dict, spec: kimi_rank.RankSpec | None = None) -
         per_weight = kimi_rank.routed_expert_bytes(spec) / (
             kimi_rank.N_ROUTED_EXPERTS * 3 * kimi_rank.HIDDEN * spec.moe_intermediate
         )
-        rows.append((f"{role} routed-expert bytes/weight", f"{per_weight:g} ({spec.experts})", KIMI_MODEL))
+        rows.append((f"{role} routed-expert bytes/weight", f"{fmt(per_weight)} ({spec.experts})", KIMI_MODEL))
         rows.append((f"{role} other linear weight bytes/param", "2", "bf16: Kimi's quantization ignore list"))
         return rows
     source = f"quantization_config: {q.get('quant_method')}" if q else "torch_dtype (no quantization)"
-    rows.append((f"{role} linear weight bytes/param", f"{linear_bytes(cfg):g}", source))
+    rows.append((f"{role} linear weight bytes/param", f"{fmt(linear_bytes(cfg))}", source))
     return rows

@@ -210,11 +210,11 @@ def _disagreements(points: pd.DataFrame) -> list[str]:
         cause = "cause not measured"
         if pd.notna(cycle) and abs(cycle / p.speedup_output - 1) <= 0.05:
             cause = (
-                f"the prefill inside each request's cycle: TTFT p50 {p.ttft_p50_ms:,.0f} ms vs {b.ttft_p50_ms:,.0f} ms "
-                f"at k = 0; the cycle TTFT + (n-1) x TPOT predicts {cycle:.2f}x"
+                f"the prefill inside each request's cycle: TTFT p50 {fmt(p.ttft_p50_ms, ',.0f')} ms vs {fmt(b.ttft_p50_ms, ',.0f')} ms "
+                f"at k = 0; the cycle TTFT + (n-1) x TPOT predicts {fmt(cycle, '.2f')}x"
             )
         lines.append(
-            f"- `{p.point_id}` ({p.load}): tok/s {p.speedup_output:.2f}x vs TPOT {p.speedup_tpot:.2f}x ({gap:+.0%}): {cause}"
+            f"- `{p.point_id}` ({p.load}): tok/s {fmt(p.speedup_output, '.2f')}x vs TPOT {fmt(p.speedup_tpot, '.2f')}x ({fmt(gap, '+.0%')}): {cause}"
         )
     return ["Where the two speedups differ by more than 10%:", "", *lines, ""] if lines else []
 
