@@ -135,7 +135,7 @@ def ab_on_ray(monkeypatch, tmp_path):
 
     monkeypatch.setattr(ab, "_run", fake_run)
     monkeypatch.setattr(compare, "compare_dirs", lambda a, b, **_: {"dirs": (a, b)})
-    monkeypatch.setattr(compare, "compare_markdown", lambda result: "# compare\n")
+    monkeypatch.setattr(compare, "compare_markdown", lambda result, relative_to=None: "# compare\n")
     monkeypatch.setattr(compare, "outcome", lambda result: (0, "no regression"))
     return calls, tmp_path / "ab"
 

@@ -66,7 +66,7 @@ def test_each_run_gets_the_telemetry_of_its_own_span(rt, tmp_path, capsys):
     assert rt.main([str(cc)]) == 0
     out = capsys.readouterr().out
     assert (
-        "| 1 | vllm | 1060.0 | 10.10 | 60.0 | 1980.0 | 2619.0 | 400.0 | 50.0 | 0x0000000000000004 | 25.0 | 20.00 |"
+        "| 1 | vllm | 1060 | 10.10 | 60.0 | 1980 | 2619 | 400.0 | 50.0 | 0x0000000000000004 | 25.0 | 20.00 |"
         in out
     )
     assert "too few runs (4 needed)" in out
