@@ -65,10 +65,7 @@ def test_each_run_gets_the_telemetry_of_its_own_span(rt, tmp_path, capsys):
     assert second["steal %"] == pytest.approx(20) and second["busy %"] == pytest.approx(25)
     assert rt.main([str(cc)]) == 0
     out = capsys.readouterr().out
-    assert (
-        "| 1 | vllm | 1060 | 10.10 | 60.0 | 1980 | 2619 | 400.0 | 50.0 | 0x0000000000000004 | 25.0 | 20.00 |"
-        in out
-    )
+    assert "| 1 | vllm | 1060 | 10.10 | 60.0 | 1980 | 2619 | 400.0 | 50.0 | 0x0000000000000004 | 25.0 | 20.00 |" in out
     assert "too few runs (4 needed)" in out
 
 
