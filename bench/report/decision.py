@@ -31,7 +31,7 @@ import pandas as pd
 
 from bench import dcp_emulation
 from bench.errors import BenchError
-from bench.fmt import is_missing
+from bench.fmt import fmt, is_missing
 from bench.kimi_rank import is_kimi_rank, parse_spec
 from bench.report.goodput import goodput_table
 from bench.report.servers import server_table
@@ -125,11 +125,11 @@ class Speedup:
         """ "[1.27, 1.52] within one start", or "(no precision)"."""
         if not self.stated:
             return "(no precision)"
-        return f"[{self.low:.2f}, {self.high:.2f}] {self.label}"
+        return f"[{fmt(self.low, '.2f')}, {fmt(self.high, '.2f')}] {self.label}"
 
     def text(self) -> str:
         """ "1.39x [1.27, 1.52] within one start"."""
-        return f"{self.value:.2f}x {self.interval_text()}"
+        return f"{fmt(self.value, '.2f')}x {self.interval_text()}"
 
 
 def speedup_of(point: Estimate, base: Estimate) -> Speedup:
@@ -470,7 +470,7 @@ def _n(n: int, noun: str) -> str:
 
 
 def _range(values: pd.Series, spec: str) -> str:
-    lo, hi = format(values.min(), spec), format(values.max(), spec)
+    lo, hi = fmt(values.min(), spec), fmt(values.max(), spec)
     return lo if lo == hi else f"{lo}-{hi}"
 
 
@@ -525,7 +525,7 @@ def _pick_text(p: Pick) -> str:
     verdict = p.speedup.verdict + (f": {p.speedup.why}" if p.speedup.why else "")
     notes = "; ".join(p.notes)
     interval = f" {p.speedup.interval_text()}" if p.speedup.stated else ""
-    return f"{p.speedup.value:.2f}x no-spec{interval} ({verdict}{'; ' + notes if notes else ''})"
+    return f"{fmt(p.speedup.value, '.2f')}x no-spec{interval} ({verdict}{'; ' + notes if notes else ''})"
 
 
 def profile_slo(sweep_dir: Path) -> Slo | None:
@@ -550,8 +550,8 @@ def sweep_view(sweep_dir: Path, points=None, servers=None, slo: Slo | None = Non
 
 
 def _throughput_text(e: Estimate) -> str:
-    interval = f" [{e.low:,.1f}, {e.high:,.1f}] {e.label}" if e.stated else " (no precision)"
-    return f"{e.estimate:,.1f} output tok/s{interval}"
+    interval = f" [{fmt(e.low, ',.1f')}, {fmt(e.high, ',.1f')}] {e.label}" if e.stated else " (no precision)"
+    return f"{fmt(e.estimate, ',.1f')} output tok/s{interval}"
 
 
 def _not_run(row: DecisionRow) -> str:
@@ -638,8 +638,8 @@ def sentences(view: DecisionView) -> list[str]:
         elif row.goodput is not None and view.slo is not None:
             g = row.goodput
             parts.append(
-                f"Under {view.slo.label}, {g.config} has the highest goodput: {g.requests_s:,.2f} req/s, "
-                f"{g.output_s:,.1f} output tok/s of good requests ({g.good} of {g.counted} requests good)."
+                f"Under {view.slo.label}, {g.config} has the highest goodput: {fmt(g.requests_s, ',.2f')} req/s, "
+                f"{fmt(g.output_s, ',.1f')} output tok/s of good requests ({g.good} of {g.counted} requests good)."
             )
         if parts:
             out.append(" ".join(parts))
@@ -679,7 +679,7 @@ def table_frame(view: DecisionView) -> pd.DataFrame:
                 if g is None
                 else "no request met the targets"
                 if g.good == 0
-                else f"{g.config}: {g.requests_s:,.2f} req/s, {g.output_s:,.1f} tok/s"
+                else f"{g.config}: {fmt(g.requests_s, ',.2f')} req/s, {fmt(g.output_s, ',.1f')} tok/s"
             )
         records.append(cells)
     columns = [c for c in TABLE_HEADERS if c != "goodput" or view.slo is not None]

@@ -182,11 +182,11 @@ _COMPILE_MARK = {"compiled": " c", "cache-loaded": " l"}  # how torch.compile ra
 
 
 def _p(p: float) -> str:
-    return "< 0.001" if p < 0.001 else f"{p:.3f}" if p < 0.01 else f"{p:.2f}"
+    return "< 0.001" if p < 0.001 else f"{fmt(p, '.3f')}" if p < 0.01 else f"{fmt(p, '.2f')}"
 
 
 def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.1%}"
+    return "n/a" if x is None else f"{fmt(x, '.1%')}"
 
 
 def starts_view(root: Path, summary: dict) -> decision.DecisionView | None:

@@ -159,3 +159,12 @@ def test_the_model_inputs_are_collapsed(built):
     html = built["kimi-rank-h200-staggered/sweep"][1]
     details = re.search(r"<details><summary>Model inputs \((\d+) rows.*?</details>", html, re.S)
     assert details and int(details.group(1)) > 20 and 'id="roofline-inputs"' in details.group(0)
+
+
+COMMITTED = sorted((EXAMPLES).glob("**/report/summary.md"))
+
+
+@pytest.mark.parametrize("summary", COMMITTED, ids=lambda p: str(p.parent.parent.relative_to(EXAMPLES)))
+def test_no_committed_summary_shows_an_unformatted_float(summary):
+    """Every committed summary.md (tests/unit/test_report.py holds them to what the code builds)."""
+    assert unformatted(summary.read_text()) == []
