@@ -44,7 +44,8 @@ def cmd_patch(args: argparse.Namespace) -> int:
     print(patching.format_status(report))
     if args.action == "verify":
         patching.check_verified(report)
-        print("verified: every fix is in the code")
+        skipped = [f["fix"] for f in report["fixes"] if f["state"] == "not applicable"]
+        print("verified: every fix is in the code" + (f" (not applicable here: {', '.join(skipped)})" if skipped else ""))
     return 0
 
 

@@ -26,6 +26,7 @@ SPEC = "vllm/config/speculative.py"
 V1_PROPOSER = "vllm/v1/spec_decode/llm_base_proposer.py"
 V2_EAGLE = "vllm/v1/worker/gpu/spec_decode/eagle/utils.py"
 V2_SPECULATOR = "vllm/v1/worker/gpu/spec_decode/speculator.py"
+FLASHMLA = "vllm/v1/attention/backends/mla/flashmla.py"
 
 
 def sub(text: str, old: str, new: str, path: str) -> str:
@@ -257,15 +258,193 @@ def edit_v2_speculator_026(text: str) -> str:
     )
 
 
+_DCP_ROWS_FUNCTION = '''
+
+def dcp_spec_decode_rows(
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    num_rows: int,
+    dcp_size: int,
+    dcp_rank: int,
+    interleave: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decode row per query token of a DCP decode batch.
+
+    FlashMLA's decode kernel masks a request's q query tokens as if they were
+    the last q tokens of its KV: query i sees all but the last q - 1 - i keys.
+    A DCP rank holds every N-th group of `interleave` tokens of a sequence,
+    so the local keys that the query token at position p may see are the
+    local tokens at positions <= p, whose count is the local length of p + 1,
+    not the request's local length minus a token count. Each query token
+    becomes a row of query length 1 with that local length, reading its
+    request's block table: the kernel's causal assumption then holds.
+
+    query_start_loc: [num_reqs + 1] token offsets of the decode requests.
+    seq_lens: [num_reqs] whole (all-rank) sequence lengths, queries included.
+    Returns the request of each row ([num_rows], int64) and its DCP-local
+    length ([num_rows], int32); rows past the last request's tokens (padding)
+    get length 0. No host sync.
+    """
+    num_reqs = seq_lens.shape[0]
+    rows = torch.arange(
+        num_rows, dtype=query_start_loc.dtype, device=query_start_loc.device
+    )
+    ends = query_start_loc[1 : num_reqs + 1].contiguous()
+    req = torch.searchsorted(ends, rows, right=True)
+    padding = req >= num_reqs
+    req = req.clamp(max=num_reqs - 1)
+    # Tokens of the sequence at or before this query token: its position + 1.
+    visible = (seq_lens[req] - ends[req] + rows + 1).clamp(min=0)
+    local = get_dcp_local_seq_lens(visible, dcp_size, dcp_rank, interleave)
+    return req, local.masked_fill(padding, 0)
+'''
+
+_DCP_BUILDER_INIT = """
+        # Under DCP the common init forced reorder_batch_threshold to 1, which
+        # sends the k + 1 verify tokens of speculative decoding down the MLA
+        # prefill-with-context path. They stay decodes here instead, one
+        # decode row per query token (dcp_spec_decode_rows). Not with PCP,
+        # whose KV layout differs.
+        self.dcp_spec_decode = (
+            self.dcp_world_size > 1
+            and not self.use_pcp
+            and vllm_config.speculative_config is not None
+        )
+        max_decode_rows = vllm_config.scheduler_config.max_num_seqs
+        if self.dcp_spec_decode:
+            self.dcp_rank = get_dcp_group().rank_in_group
+            self._init_reorder_batch_threshold(
+                1, supports_spec_as_decode=True, supports_dcp_with_varlen=True
+            )
+            max_decode_rows *= self.reorder_batch_threshold
+            # Persistent, so that FULL CUDA graphs replay with fresh rows.
+            self.dcp_rows_seq_lens = torch.zeros(
+                max_decode_rows, dtype=torch.int32, device=self.device
+            )
+            self.dcp_rows_block_table: torch.Tensor | None = None
+"""
+
+_DCP_ROWS_METHOD = '''
+    def _dcp_decode_rows(
+        self,
+        block_table: torch.Tensor,
+        seq_lens: torch.Tensor,
+        query_start_loc: torch.Tensor,
+        num_rows: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The block table and DCP-local lengths of one decode row per query
+        token (dcp_spec_decode_rows), in this builder's persistent buffers."""
+        if num_rows > self.dcp_rows_seq_lens.shape[0]:
+            raise ValueError(
+                f"{num_rows} DCP decode rows exceed the "
+                f"{self.dcp_rows_seq_lens.shape[0]} allocated"
+            )
+        req, local = dcp_spec_decode_rows(
+            query_start_loc,
+            seq_lens,
+            num_rows,
+            self.dcp_world_size,
+            self.dcp_rank,
+            self.cp_kv_cache_interleave_size,
+        )
+        width = block_table.shape[1]
+        if self.dcp_rows_block_table is None or (
+            self.dcp_rows_block_table.shape[1] != width
+        ):
+            self.dcp_rows_block_table = block_table.new_zeros(
+                (self.dcp_rows_seq_lens.shape[0], width)
+            )
+        rows_block_table = self.dcp_rows_block_table[:num_rows]
+        torch.index_select(block_table, 0, req, out=rows_block_table)
+        rows_seq_lens = self.dcp_rows_seq_lens[:num_rows]
+        rows_seq_lens.copy_(local)
+        return rows_block_table, rows_seq_lens
+'''
+
+
+def edit_flashmla(text: str) -> str:
+    """FLASHMLA under DCP keeps speculative decodes on the decode path: the builder takes the spec-as-decode
+    threshold instead of DCP's forced 1 and gives every query token its own decode row (dcp_spec_decode_rows)."""
+    text = sub(
+        text,
+        "from vllm.config.cache import CacheDType\n",
+        "from vllm.config.cache import CacheDType\nfrom vllm.distributed.parallel_state import get_dcp_group\n",
+        FLASHMLA,
+    )
+    text = sub(
+        text,
+        "from vllm.v1.attention.backends.utils import (\n",
+        "from vllm.v1.attention.backends.utils import (\n    get_dcp_local_seq_lens,\n",
+        FLASHMLA,
+    )
+    text = sub(text, "logger = init_logger(__name__)\n", "logger = init_logger(__name__)\n" + _DCP_ROWS_FUNCTION, FLASHMLA)
+    init = """        super().__init__(
+            kv_cache_spec, layer_names, vllm_config, device, FlashMLAMetadata
+        )
+"""
+    text = sub(text, init, init + _DCP_BUILDER_INIT, FLASHMLA)
+    text = sub(
+        text,
+        "                (vllm_config.scheduler_config.max_num_seqs + 1),\n",
+        "                (max_decode_rows + 1),\n",
+        FLASHMLA,
+    )
+    text = sub(
+        text,
+        """        query_lens_cpu = query_start_loc_cpu[1:] - query_start_loc_cpu[:-1]
+        # we use the max but all should be the same due to uniform length requirement
+        max_query_len = query_lens_cpu.max().item()
+""",
+        """        if self.dcp_spec_decode:
+            assert dcp_tot_seq_lens_device is not None
+            block_table_tensor, seq_lens_device = self._dcp_decode_rows(
+                block_table_tensor,
+                dcp_tot_seq_lens_device,
+                query_start_loc_device,
+                num_decode_tokens,
+            )
+            max_query_len = 1
+        else:
+            query_lens_cpu = query_start_loc_cpu[1:] - query_start_loc_cpu[:-1]
+            # we use the max but all should be the same due to uniform length
+            # requirement
+            max_query_len = query_lens_cpu.max().item()
+""",
+        FLASHMLA,
+    )
+    metadata = """        return FlashMLADecodeMetadata(
+            block_table=block_table_tensor,
+            seq_lens=seq_lens_device,
+            scheduler_metadata=scheduler_metadata,
+            dcp_tot_seq_lens=dcp_tot_seq_lens_device,
+        )
+"""
+    text = sub(text, metadata, metadata + _DCP_ROWS_METHOD, FLASHMLA)
+    return sub(
+        text,
+        """        num_decodes = attn_metadata.num_decodes
+        q = reshape_query_for_spec_decode(q, num_decodes)
+""",
+        """        # One row per decode request, or under DCP with speculative decoding
+        # one per query token (dcp_spec_decode_rows).
+        num_decodes = attn_metadata.decode.seq_lens.shape[0]
+        q = reshape_query_for_spec_decode(q, num_decodes)
+""",
+        FLASHMLA,
+    )
+
+
+
 SERIES = {
     "0.26": {
         SPEC: edit_speculative,
         V1_PROPOSER: edit_v1_proposer,
         V2_EAGLE: edit_v2_eagle_026,
         V2_SPECULATOR: edit_v2_speculator_026,
+        FLASHMLA: edit_flashmla,
     },
     "0.32-cpu": {SPEC: edit_speculative, V1_PROPOSER: edit_v1_proposer},
-    "0.33": {SPEC: edit_speculative, V1_PROPOSER: edit_v1_proposer},
+    "0.33": {SPEC: edit_speculative, V1_PROPOSER: edit_v1_proposer, FLASHMLA: edit_flashmla},
 }
 
 

@@ -20,6 +20,7 @@ from bench.patching.unidiff import apply_file_diff
 STATE_FILE = ".bench-patch-state.json"  # inside the vllm/ folder: travels with the install it describes
 
 APPLIED, NOT_APPLIED, UPSTREAM, CANNOT_APPLY = "applied", "not applied", "already upstream", "cannot apply"
+NOT_APPLICABLE = "not applicable"  # the series says this vLLM line cannot run the code the fix changes
 
 
 def sha256_text(text: str) -> str:
@@ -36,7 +37,7 @@ def _current(install: VllmInstall, rel: str) -> str | None:
 @dataclass(frozen=True)
 class FixStatus:
     fix: str
-    state: str  # one of APPLIED, NOT_APPLIED, UPSTREAM, CANNOT_APPLY
+    state: str  # one of APPLIED, NOT_APPLIED, UPSTREAM, CANNOT_APPLY, NOT_APPLICABLE
     detail: str
     in_code: bool | None  # what the code probe says: the fix's code is present (None: no such code path)
 
@@ -48,6 +49,8 @@ def fix_statuses(install: VllmInstall, series: Series | None) -> list[FixStatus]
         in_code = probe(install.base, [f.path for f in fix.files] if fix else None)
         if series is None:
             out.append(FixStatus(fix_id, CANNOT_APPLY, f"vLLM {install.version} is not supported", in_code))
+        elif (reason := series.not_applicable_reason(fix_id)) is not None:
+            out.append(FixStatus(fix_id, NOT_APPLICABLE, reason, in_code))
         elif fix_id in series.upstream:
             state = UPSTREAM if in_code else CANNOT_APPLY
             out.append(FixStatus(fix_id, state, "" if in_code else "expected upstream, but the code lacks it", in_code))
@@ -107,8 +110,13 @@ def format_status(report: dict) -> str:
 
 
 def check_verified(report: dict) -> None:
-    """Raise BenchError unless every fix of a patch_report is applied or upstream AND its code probe finds it."""
-    bad = [f["fix"] for f in report["fixes"] if f["state"] not in (APPLIED, UPSTREAM) or not f["in_code"]]
+    """Raise BenchError unless every fix of a patch_report is applied or upstream AND its code probe finds it, or
+    is not applicable to the installed line (series.toml says why)."""
+    bad = [
+        f["fix"]
+        for f in report["fixes"]
+        if f["state"] != NOT_APPLICABLE and (f["state"] not in (APPLIED, UPSTREAM) or not f["in_code"])
+    ]
     if bad:
         raise BenchError(f"not verified: {', '.join(bad)} missing in vLLM {report['vllm_version']}")
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 SPECULATIVE_CONFIG = "vllm/config/speculative.py"
 V2_SPECULATOR = "vllm/v1/worker/gpu/spec_decode/speculator.py"
+FLASHMLA = "vllm/v1/attention/backends/mla/flashmla.py"
 _DRAFT_METADATA_BUILDERS = {"_build_draft_attn_metadata", "_build_attn_metadata"}
 _DRAFT_KEYS = {"draft_attention_backend", "draft_kv_cache_dtype"}
 
@@ -67,10 +68,45 @@ def has_dcp_draft_seq_lens(base: Path, paths: list[str] | None = None) -> bool |
     return False
 
 
+def has_dcp_spec_decode(base: Path, paths: list[str] | None = None) -> bool | None:
+    """FLASHMLA keeps speculative verify tokens on the decode path under DCP (None: no FLASHMLA backend): the
+    module defines the per-token row builder, the metadata builder lifts DCP's forced threshold and calls the row
+    builder, and the impl sizes the decode batch by its rows rather than by `num_decodes` (requests). Any one of
+    them missing is a half-applied fix: a threshold without rows runs the kernel with the wrong causal mask."""
+    tree = _parse(base / FLASHMLA)
+    if tree is None:
+        return None
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    builder, impl = classes.get("FlashMLAMetadataBuilder"), classes.get("FlashMLAImpl")
+    if builder is None or impl is None:
+        return None
+    calls = [c for c in ast.walk(builder) if isinstance(c, ast.Call)]
+    lifts = any(
+        _call_name(c) == "_init_reorder_batch_threshold"
+        and any(k.arg == "supports_dcp_with_varlen" and _is_true(k.value) for k in c.keywords)
+        for c in calls
+    )
+    rows = "dcp_spec_decode_rows" in functions and any(_call_name(c) == "dcp_spec_decode_rows" for c in calls)
+    forward = next((n for n in impl.body if isinstance(n, ast.FunctionDef) and n.name == "forward_mqa"), None)
+    by_rows = forward is not None and not any(
+        isinstance(n, ast.Attribute) and n.attr == "num_decodes" for n in ast.walk(forward)
+    )
+    return lifts and rows and by_rows
+
+
+def _is_true(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
+
+
 def _call_name(call: ast.Call) -> str | None:
     func = call.func
     return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
 
 
 # fix id -> probe(vLLM base, the files the installed series' patch for it edits, or None)
-PROBES = {"draft-overrides": has_draft_overrides, "dcp-draft-seq-lens": has_dcp_draft_seq_lens}
+PROBES = {
+    "draft-overrides": has_draft_overrides,
+    "dcp-draft-seq-lens": has_dcp_draft_seq_lens,
+    "dcp-spec-decode": has_dcp_spec_decode,
+}

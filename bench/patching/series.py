@@ -40,6 +40,11 @@ class Series:
     distributions: tuple[str, ...]
     fixes: tuple[Fix, ...]
     upstream: tuple[str, ...]  # fix ids already in this vLLM line's own code
+    # fix id -> why this line needs no patch for it (the code it fixes cannot run there)
+    not_applicable: tuple[tuple[str, str], ...] = ()
+
+    def not_applicable_reason(self, fix_id: str) -> str | None:
+        return dict(self.not_applicable).get(fix_id)
 
     def supports(self, install: VllmInstall) -> bool:
         return install.distribution in self.distributions and any(
@@ -70,8 +75,9 @@ def load_series(folder: Path) -> Series:
             distributions=tuple(data["distributions"]),
             fixes=fixes,
             upstream=tuple(data.get("upstream", [])),
+            not_applicable=tuple((str(k), str(v)) for k, v in data.get("not_applicable", {}).items()),
         )
-    except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, KeyError, TypeError, AttributeError, tomllib.TOMLDecodeError) as exc:
         raise BenchError(f"{manifest}: unreadable series manifest ({exc!r})") from exc
 
 
