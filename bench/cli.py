@@ -45,7 +45,9 @@ def cmd_patch(args: argparse.Namespace) -> int:
     if args.action == "verify":
         patching.check_verified(report)
         skipped = [f["fix"] for f in report["fixes"] if f["state"] == "not applicable"]
-        print("verified: every fix is in the code" + (f" (not applicable here: {', '.join(skipped)})" if skipped else ""))
+        print(
+            "verified: every fix is in the code" + (f" (not applicable here: {', '.join(skipped)})" if skipped else "")
+        )
     return 0
 
 

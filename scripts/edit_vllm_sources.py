@@ -377,7 +377,9 @@ def edit_flashmla(text: str) -> str:
         "from vllm.v1.attention.backends.utils import (\n    get_dcp_local_seq_lens,\n",
         FLASHMLA,
     )
-    text = sub(text, "logger = init_logger(__name__)\n", "logger = init_logger(__name__)\n" + _DCP_ROWS_FUNCTION, FLASHMLA)
+    text = sub(
+        text, "logger = init_logger(__name__)\n", "logger = init_logger(__name__)\n" + _DCP_ROWS_FUNCTION, FLASHMLA
+    )
     init = """        super().__init__(
             kv_cache_spec, layer_names, vllm_config, device, FlashMLAMetadata
         )
@@ -432,7 +434,6 @@ def edit_flashmla(text: str) -> str:
 """,
         FLASHMLA,
     )
-
 
 
 SERIES = {

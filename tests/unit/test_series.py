@@ -69,7 +69,7 @@ def test_a_fix_not_applicable_to_a_line_is_reported_and_verified(tmp_path):
         check_verified(missing)
 
 
-FLASHMLA_SKELETON = '''
+FLASHMLA_SKELETON = """
 def dcp_spec_decode_rows(query_start_loc, seq_lens, num_rows, dcp_size, dcp_rank, interleave):
     pass
 
@@ -85,7 +85,7 @@ class FlashMLAMetadataBuilder:
 class FlashMLAImpl:
     def forward_mqa(self, q, kv_c_and_k_pe_cache, attn_metadata, layer):
         num_decodes = ROWS
-'''
+"""
 
 
 @pytest.mark.parametrize(
@@ -104,5 +104,7 @@ def test_dcp_spec_decode_probe_needs_every_part(tmp_path, lift, rows, expected):
     target.parent.mkdir(parents=True)
     target.write_text(FLASHMLA_SKELETON.replace("LIFT", lift).replace("ROWS", rows))
     assert has_dcp_spec_decode(tmp_path) is expected
-    target.write_text(FLASHMLA_SKELETON.replace("LIFT", lift).replace("ROWS", rows).replace("dcp_spec_decode_rows", "x"))
+    target.write_text(
+        FLASHMLA_SKELETON.replace("LIFT", lift).replace("ROWS", rows).replace("dcp_spec_decode_rows", "x")
+    )
     assert has_dcp_spec_decode(tmp_path) is False
