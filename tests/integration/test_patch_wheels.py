@@ -6,20 +6,27 @@ from __future__ import annotations
 import importlib.util
 import json
 import stat
+import subprocess
+import sys
 
 import pytest
 
 from bench.cli import main
+from bench.dcp_local import verify_rows
 from bench.errors import BenchError
 from bench.patching import apply_series, locate_vllm, manager, patch_report, revert_series
 from bench.patching.series import PATCHES_DIR, all_series
-from tests.conftest import REPO, copy_tree, tree_bytes
+from tests.conftest import HELPERS, REPO, copy_tree, tree_bytes, vllm_env
 
 pytestmark = pytest.mark.slow
 
 EXPECTED_BEFORE = {
-    "0.26.0": {"draft-overrides": "not applied", "dcp-draft-seq-lens": "not applied"},
-    "0.33.0": {"draft-overrides": "not applied", "dcp-draft-seq-lens": "already upstream"},
+    "0.26.0": {"draft-overrides": "not applied", "dcp-draft-seq-lens": "not applied", "dcp-spec-decode": "not applied"},
+    "0.33.0": {
+        "draft-overrides": "not applied",
+        "dcp-draft-seq-lens": "already upstream",
+        "dcp-spec-decode": "not applied",
+    },
 }
 
 
@@ -197,3 +204,53 @@ def test_a_drifted_patch_or_hash_is_reported(wheel_033, tmp_path):
     found = script.differences("0.33", wheel_033, tmp_path)
     assert found[0] == "0001-draft-overrides.patch: differs from the regenerated patch"
     assert found[1].startswith("series.toml: hashes of vllm/config/speculative.py differ") and len(found) == 2
+
+
+ROW_CASES = [
+    {"seq_lens": [10, 4, 7], "query_lens": [4, 4, 1], "size": 2, "interleave": 1, "num_rows": 11},
+    {"seq_lens": [8195, 8196, 8197, 8198], "query_lens": [4, 4, 4, 4], "size": 8, "interleave": 1, "num_rows": 16},
+    {"seq_lens": [8195, 8196, 8197, 8198], "query_lens": [4, 4, 4, 4], "size": 4, "interleave": 64, "num_rows": 20},
+    {"seq_lens": [17, 64, 65, 129], "query_lens": [2, 2, 2, 2], "size": 4, "interleave": 16, "num_rows": 8},
+    {"seq_lens": [63, 64, 65], "query_lens": [0, 3, 3], "size": 8, "interleave": 8, "num_rows": 9},
+]
+
+
+def test_patched_flashmla_rows_match_the_reference_on_every_rank(vllm_copy, tmp_path):
+    """The patched module's own per-token rows (the function and the builder method, run on CPU tensors) give
+    every query token the request and DCP-local length bench.dcp_local brute-force-checks, for every rank,
+    padding rows length 0, block-table rows copied from their request, in the builder's persistent buffers."""
+    version, base = vllm_copy
+    apply_series(locate_vllm(base))
+    cases = [{**c, "rank": r} for c in ROW_CASES for r in range(c["size"])]
+    proc = subprocess.run(
+        [sys.executable, str(HELPERS / "dcp_rows_probe.py"), json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env={**vllm_env(tmp_path), "PYTHONPATH": str(base)},
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["vllm_version"] == version and out["flashmla_file"].startswith(str(base))
+    for case, got in zip(cases, out["results"], strict=True):
+        want = verify_rows(case["seq_lens"], case["query_lens"], case["size"], case["rank"], case["interleave"])
+        real = len(want)
+        want_lens = [r.local_len for r in want] + [0] * (case["num_rows"] - real)
+        assert got["local_len"] == got["builder_local_len"] == want_lens, case
+        assert got["local_dtype"] == "torch.int32"
+        assert got["request"][:real] == [r.request for r in want], case
+        assert got["builder_table_first_column"][:real] == [1000 * r.request for r in want]
+        assert got["builder_table_width"] == 5 and got["persistent_buffers"], case
+        assert (
+            got["too_many_rows"]
+            == f"{case['num_rows'] + 4} DCP decode rows exceed the {case['num_rows'] + 3} allocated"
+        )
+
+
+def test_unpatched_flashmla_has_no_rows(vllm_copy):
+    _, base = vllm_copy
+    text = (base / "vllm/v1/attention/backends/mla/flashmla.py").read_text()
+    assert "dcp_spec_decode_rows" not in text and "num_decodes = attn_metadata.num_decodes" in text
+    fix = next(f for f in patch_report(locate_vllm(base))["fixes"] if f["fix"] == "dcp-spec-decode")
+    assert fix["in_code"] is False and fix["state"] == "not applied"
