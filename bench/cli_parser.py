@@ -28,7 +28,7 @@ def _add_patch(sub: argparse._SubParsersAction) -> None:
     patch = sub.add_parser("patch", help="apply, verify and revert the Kimi EAGLE3 draft fixes in a vLLM install")
     patch_sub = patch.add_subparsers(dest="action", metavar="ACTION", required=True)
     for name, text in [
-        ("status", "show each fix: applied / not applied / already upstream / cannot apply"),
+        ("status", "show each fix: applied / not applied / already upstream / not applicable / cannot apply"),
         ("apply", "apply the series for this vLLM (all or nothing)"),
         ("revert", "restore the original files (checked by hash)"),
         ("verify", "exit 0 only if every fix is applied or upstream"),

@@ -138,7 +138,11 @@ def test_resume_reruns_failed_points_to_completion(faulted_sweep):
         assert (out / p["server"]["log"]).exists()
     manifest = store.manifest()
     fixes = {f["fix"]: f["state"] for f in manifest["environment"]["vllm"]["fixes"]}
-    assert fixes == {"draft-overrides": "applied", "dcp-draft-seq-lens": "already upstream"}
+    assert fixes == {
+        "draft-overrides": "applied",
+        "dcp-draft-seq-lens": "already upstream",
+        "dcp-spec-decode": "not applicable",
+    }
     assert manifest["counts"] == {"points": 8, "runnable": 4, "skipped": 4, "servers": 2}
     assert not processes_using(out)
 
