@@ -11,8 +11,9 @@ What runs is vLLM's code, not a copy:
 - the patched decode path: `FlashMLAMetadataBuilder._build_decode` (per-token rows, FlashMLA scheduler metadata)
   and `FlashMLAImpl.forward_mqa` (the FlashMLA kernel, bf16 or fp8), called on instances made without __init__
   that hold only the attributes those methods read (a real builder needs a model config and a DCP group);
-- the merge: `correct_attn_out` (v1/attention/ops/common.py), the Triton kernel `cp_lse_ag_out_rs` runs after its
-  all-gather of the LSEs; the sum over ranks stands for its reduce-scatter (a sum, then a head slice per rank).
+- the merge: `correct_attn_out` (0.26: v1/attention/ops/common.py; 0.33: v1/attention/ops/dcp.py), the Triton
+  kernel `cp_lse_ag_out_rs` runs after its all-gather of the LSEs; the sum over ranks stands for its
+  reduce-scatter (a sum, then a head slice per rank).
 
 Tolerances (stated here, checked per case): with err(x) = max |x - ref| / max |ref| over every row, head and
 channel, against float32 causal attention over the whole KV computed from the values as cached (so the fp8
@@ -211,7 +212,10 @@ def decode(flashmla, cache, q, block_ids, k, kind, size, rank, interleave, k_sca
 
 def merge(outs, lses):
     """vLLM's DCP merge: each rank's output corrected by the all-gathered LSEs (correct_attn_out), then summed."""
-    from vllm.v1.attention.ops.common import CPTritonContext, correct_attn_out
+    try:  # 0.33 moved the DCP merge into its own module
+        from vllm.v1.attention.ops.dcp import CPTritonContext, correct_attn_out
+    except ImportError:  # 0.26
+        from vllm.v1.attention.ops.common import CPTritonContext, correct_attn_out
 
     stacked = torch.stack(lses)
     total, lse = None, None
