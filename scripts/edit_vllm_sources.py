@@ -303,10 +303,12 @@ _DCP_BUILDER_INIT = """
         # Under DCP the common init forced reorder_batch_threshold to 1, which
         # sends the k + 1 verify tokens of speculative decoding down the MLA
         # prefill-with-context path. They stay decodes here instead, one
-        # decode row per query token (dcp_spec_decode_rows). Not with PCP,
-        # whose KV layout differs.
+        # decode row per query token (dcp_spec_decode_rows). Only where the
+        # threshold was forced (this config's DCP size > 1: not a draft
+        # replicated at DCP 1), and not with PCP, whose KV layout differs.
         self.dcp_spec_decode = (
-            self.dcp_world_size > 1
+            vllm_config.parallel_config.decode_context_parallel_size > 1
+            and self.dcp_world_size > 1
             and not self.use_pcp
             and vllm_config.speculative_config is not None
         )
