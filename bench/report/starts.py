@@ -4,8 +4,8 @@ together say about it, and whether they agree within the precision each one stat
 Per point, from each start's headline (steady tok/s) and its stated relative 95% half-width:
 - the estimate over starts: the geometric mean, with the 95% t interval of the mean of logs (n - 1 degrees of
   freedom): the server start is the unit (docs/verdicts.md), so this interval holds what differs between starts;
-- agreement: Cochran's Q of the starts' logs weighted by their stated precision (se = half-width / t of its own
-  units). A small p says the starts differ by more than each one's precision allows: something that a start fixes
+- agreement: Welch's test of the starts' logs weighted by their stated precision (se = half-width / t of its own
+  units, with as many degrees of freedom; welch_p). A small p says the starts differ by more than each one's precision allows: something that a start fixes
   (placement, compile, the loop's phase) moves the figure, and a single start's +- understates the uncertainty;
 - a noise budget: within a block (sub-windows about their block's rate), between blocks (a start's blocks, each at
   its own phase), between starts beyond what they stated (DerSimonian-Laird's tau: the starts' spread less their
@@ -39,7 +39,7 @@ from bench.store import SweepStore
 
 START_DIR = re.compile(r"^start-(\d+)$")
 CONFIDENCE = 0.95
-AGREE_P = 0.05  # Cochran's Q p-value below which the starts disagree beyond their stated precision
+AGREE_P = 0.05  # agreement p-value (welch_p) below which the starts disagree beyond their stated precision
 
 
 def start_dirs(root: Path) -> list[Path]:
@@ -59,7 +59,7 @@ class OverStarts:
     low: float | None = None
     high: float | None = None
     between_cv: float | None = None  # the starts' spread (SD of logs)
-    q_p: float | None = None  # Cochran's Q p-value; None below 2 starts with a stated precision
+    q_p: float | None = None  # agreement p-value (welch_p); None below 2 starts with a stated precision
     beyond_cv: float | None = None  # between-start spread beyond the stated precisions (DerSimonian-Laird tau)
     verdict: str = "insufficient data"  # "consistent" / "starts disagree" / "insufficient data"
 
@@ -82,22 +82,39 @@ def over_starts(
     out.low, out.high = (float(np.exp(logs.mean() + s * t * sd / math.sqrt(logs.size))) for s in (-1, 1))
     out.between_cv = sd
     stated = [
-        (math.log(v), _log_se(h, d))
+        (math.log(v), _log_se(h, d), d)
         for v, h, d in zip(values, halfwidths, dof)
         if v and v > 0 and h is not None and not pd.isna(h) and h > 0
     ]
     if len(stated) >= 2:
         y = np.array([s[0] for s in stated])
         se = np.array([s[1] for s in stated])
+        out.q_p = welch_p(y, se, [s[2] for s in stated])
         w = 1 / se**2
         mean = float((w * y).sum() / w.sum())
         q = float((w * (y - mean) ** 2).sum())
         k = len(stated)
-        out.q_p = float(stats.chi2.sf(q, k - 1))
         c = float(w.sum() - (w**2).sum() / w.sum())
         out.beyond_cv = math.sqrt(max(0.0, (q - (k - 1)) / c)) if c > 0 else None
         out.verdict = "consistent" if out.q_p >= AGREE_P else "starts disagree"
     return out
+
+
+def welch_p(y: np.ndarray, se: np.ndarray, dof: list[int | None]) -> float:
+    """The p-value that k figures with standard errors `se`, each estimated with `dof` degrees of freedom, share one
+    mean: Welch's heteroscedastic one-way test (Welch 1951). Each start's se comes from few units (3 blocks: 2 degrees
+    of freedom), so treating it as known (Cochran's Q against chi-square) flags starts that agree within their stated
+    intervals: Welch's F corrects the reference distribution for the se's own uncertainty. A se without degrees of
+    freedom (an older record) counts as known; all known, the test is Cochran's Q."""
+    k = len(y)
+    w = 1 / se**2
+    mean = float((w * y).sum() / w.sum())
+    q = float((w * (y - mean) ** 2).sum())
+    lam = sum((1 - wi / w.sum()) ** 2 / d for wi, d in zip(w, dof) if d and d > 0)
+    if lam == 0:
+        return float(stats.chi2.sf(q, k - 1))
+    f = q / (k - 1) / (1 + 2 * (k - 2) * lam / (k**2 - 1))
+    return float(stats.f.sf(f, k - 1, (k**2 - 1) / (3 * lam)))
 
 
 def _log_se(halfwidth: float, dof: int | None) -> float:
@@ -226,7 +243,7 @@ def starts_markdown(summary: dict, view: decision.DecisionView | None = None) ->
         )
     else:
         lines.append(
-            f"All {len(points)} points agree between starts within their stated precision (Cochran's Q, "
+            f"All {len(points)} points agree between starts within their stated precision (Welch's test, "
             f"p >= {summary['agree_p']}); the intervals below are over starts, the server start as the unit."
         )
     lines += [
@@ -262,8 +279,9 @@ def starts_markdown(summary: dict, view: decision.DecisionView | None = None) ->
         )
     lines += [
         "",
-        "Intervals: 95% t on the logs of the starts' figures (n - 1 degrees of freedom). Agreement: Cochran's Q of "
-        "the starts weighted by their stated precision. Beyond stated: the starts' spread less their stated "
+        "Intervals: 95% t on the logs of the starts' figures (n - 1 degrees of freedom). Agreement: "
+        "the starts' logs weighted by their stated precision (Welch's heteroscedastic test: each start's se comes from "
+        "few units). Beyond stated: the starts' spread less their stated "
         "variances (DerSimonian-Laird). Speedups: the point over its k = 0 baseline on each start's servers, paired "
         "by start. A short start (fewer than 3 whole cycles) states no precision and carries no weight in the "
         "agreement test. c / l after a start's figure: its server compiled its torch.compile graphs / loaded them "
