@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"{len(rows)} steady points in {len(dirs)} results directories; {sum(1 for r in rows if r[0] < -0.01)} moved "
         f"down more than 1%, {sum(1 for r in rows if r[0] > 0.01)} up more than 1%, "
-        f"{sum(1 for r in rows if r[4]['short'])} are short (fewer than 3 whole cycles).",
+        f"short (fewer than 3 whole cycles): {sum(1 for r in rows if r[4]['short'])}.",
         "",
         "| results | point | before tok/s (+-) | after tok/s (+-) | change | whole cycles |",
         "|---|---|---|---|---|---|",
