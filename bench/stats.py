@@ -21,6 +21,7 @@ noise is checked by benchmarks/verdict_simulation.py.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -78,8 +79,9 @@ def log_threshold(effect: float, higher_better: bool) -> float:
     return float(-math.log1p(-effect) if higher_better else math.log1p(effect))
 
 
+@functools.lru_cache(maxsize=4096)
 def t_quantile(level: float, df: float) -> float:
-    """The one-sided t critical value at `level` (1 - level quantile)."""
+    """The one-sided t critical value at `level` (1 - level quantile; cached: a gate asks for the same few)."""
     return float(stats.t.ppf(1 - level, df))
 
 
