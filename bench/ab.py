@@ -212,7 +212,9 @@ def lock_design(out: Path, design: dict, resume: bool) -> None:
             )
         return
     if resume:
-        print(f"ab --resume: {out} has no {DESIGN} (begun before designs were locked): locking this one", file=sys.stderr)
+        print(
+            f"ab --resume: {out} has no {DESIGN} (begun before designs were locked): locking this one", file=sys.stderr
+        )
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / DESIGN, json.dumps(design, indent=1).encode())
 

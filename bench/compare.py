@@ -180,7 +180,7 @@ def judge(
         rows[i]["verdict"] = decide(found_all[i], p, alpha, min_effect, max_effect)
     for row, found in zip(rows, found_all):
         if row["verdict"] == "inconclusive":
-            row["settle_rounds"] = settle(found, METRICS[row["metric"]], max_effect, min_effect, tests)
+            row["settle_rounds"] = settle(found, METRICS[row["metric"]], max_effect, min_effect)
     table = pd.DataFrame(
         rows, columns=["point_id", "label", "metric", *(f.name for f in dataclasses.fields(Comparison)), "p_adjusted"]
     )

@@ -184,7 +184,7 @@ def decide(c: Comparison, p_adjusted: float | None, alpha: float, min_effect: fl
     return "inconclusive"
 
 
-def settle(c: Comparison, higher_better: bool, max_effect: float, min_effect: float, tests: int) -> int | None:
+def settle(c: Comparison, higher_better: bool, max_effect: float, min_effect: float) -> int | None:
     """About how many more rounds (paired) or starts a side (unpaired) would settle an inconclusive test, if the
     estimate and the spread stay as observed: the fewest at which the upper bound falls under `max_effect` (a pass)
     or, for an estimate of at least `min_effect`, the lower bound at the per-test level above 0 (a regression).

@@ -172,7 +172,10 @@ def replay() -> list[dict]:
         for pid in sorted(set(base) & set(cand)):
             b, c = pair_rounds(base[pid], cand[pid])
             slowed = [
-                {m: [v * (1 - MAX_EFFECT) if METRICS.get(m, True) else v / (1 - MAX_EFFECT) for v in vs] for m, vs in s.items()}
+                {
+                    m: [v * (1 - MAX_EFFECT) if METRICS.get(m, True) else v / (1 - MAX_EFFECT) for v in vs]
+                    for m, vs in s.items()
+                }
                 for s in c
             ]
             points.append((pid, base[pid].label, b, slowed))
@@ -226,7 +229,9 @@ def markdown(doc: dict) -> str:
     lines += ["", "## Committed real A/As", "", "| example | rounds | exit | outcome | exit, candidate slowed 5% |"]
     lines.append("|---|---|---|---|---|")
     for r in doc["replay"]:
-        lines.append(f"| {r['example']} | {r['rounds']} | {r['exit']} | {r['outcome']} | {r['slowed_by_max_effect_exit']} |")
+        lines.append(
+            f"| {r['example']} | {r['rounds']} | {r['exit']} | {r['outcome']} | {r['slowed_by_max_effect_exit']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
