@@ -31,6 +31,7 @@ from scipy import stats
 POWER = 0.8  # the planned probability that an A/A passes (plan_rounds)
 MIN_STARTS = 3  # per side (unpaired) or rounds (paired): fewer give "insufficient data" (a t bound on 1 df is wild)
 PLAN_CONFIDENCE = 0.8  # the one-sided confidence of the noise's upper bound that plans rounds (sd_upper_bound)
+FUTILITY_CONFIDENCE = 0.95  # the one-sided confidence of the sd's lower bound the futility rule projects with
 MAX_PLANNED = 1000  # plan_rounds / rounds_to_settle look no further
 
 
@@ -265,6 +266,11 @@ def sd_upper_bound(sd: float, df: float, confidence: float = PLAN_CONFIDENCE) ->
     """One-sided upper confidence bound of a standard deviation from a sample sd on `df` degrees of freedom
     (chi-square): sd x sqrt(df / chi2_{1-confidence}(df))."""
     return float(sd * math.sqrt(df / stats.chi2.ppf(1 - confidence, df)))
+
+
+def sd_lower_bound(sd: float, df: float, confidence: float = FUTILITY_CONFIDENCE) -> float:
+    """One-sided lower confidence bound of a standard deviation (chi-square): sd x sqrt(df / chi2_{confidence}(df))."""
+    return float(sd * math.sqrt(df / stats.chi2.ppf(confidence, df)))
 
 
 def plan_rounds(

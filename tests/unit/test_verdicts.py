@@ -325,8 +325,11 @@ def test_futility_rule_by_hand():
         return judge([("p1", "P", base, cand)], paired=True, alpha=0.002)
 
     last = sequential_levels(4, 10, 0.05)[10]
-    # projected upper at 10 rounds: 0 + t_{1-last, 9} x 0.12 / sqrt(10) ~ 10% > 5%: futile
-    assert sps.t.ppf(1 - last, 9) * 0.12 / math.sqrt(10) > math.log(1.05) and futile(result(0.0, 0.12), 10, last)
+    # projected upper at 10 rounds: 0 + t_{1-last, 9} x sd_low / sqrt(10), sd_low the 95% lower bound of 0.12 on
+    # 3 df (0.12 x sqrt(3 / chi2_0.95(3)) = 0.074): 6.5% > log(1.05): futile; from 0.06 (sd_low 0.037, 3.2%): not
+    low = 0.12 * math.sqrt(3 / sps.chi2.ppf(0.95, 3))
+    assert sps.t.ppf(1 - last, 9) * low / math.sqrt(10) > math.log(1.05) and futile(result(0.0, 0.12), 10, last)
+    assert not futile(result(0.0, 0.06), 10, last), "an optimistic spread could still pass: keep going"
     assert not futile(result(0.0, 0.02), 10, last)  # 1.7% at 10 rounds: a pass is in reach
     assert not futile(result(0.15, 0.12), 10, last), "a regression in sight: keep going"
 
