@@ -1,5 +1,7 @@
-"""`bench compare BASELINE CANDIDATE`: per matched point and metric, faster / slower / no change beyond noise, or
-insufficient data; and every point the candidate failed or lost, which fails the gate like a regression.
+"""`bench compare BASELINE CANDIDATE`: per matched point and metric, the slowdown with one-sided bounds on log ratios
+and a verdict (slower, faster, no regression larger than --max-effect, inconclusive, insufficient data); the
+gate's outcome (regression 4, pass 0, inconclusive 6; `judge`, `outcome`); and every point the candidate failed
+or lost, which fails the gate like a regression.
 
 A side is one results directory or a folder of them (rounds of `bench ab`, or sweeps run one after another). Each
 results directory started one server per engine configuration, so each (directory, point) is one server start:
