@@ -17,7 +17,17 @@ from bench.files import atomic_write_bytes
 from bench.fmt import md_rows
 from bench.hardware import detect_machine
 from bench.sides import AbSide, write_ab_side
-from bench.stats import CPU_AA_BETWEEN_CV, look_level, plan_design
+from bench.stats import (
+    CPU_AA_BETWEEN_CV,
+    MIN_STARTS,
+    log_threshold,
+    paired_sd_from_cv,
+    per_test_alpha,
+    plan_design,
+    projected_bounds,
+    sd_lower_bound,
+    sequential_levels,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -72,14 +82,14 @@ def run_ab(
     a: Env,
     b: Env,
     *,
-    rounds: int,
+    rounds: int | None,
     out: Path | None,
     repeat: int = 1,
     alpha: float = 0.05,
     min_effect: float = 0.02,
     max_effect: float = 0.05,
     correction: str = "holm",
-    paired: bool = False,
+    paired: bool = True,
     expected_noise: float | None = None,
     ray: str | None = None,
     calibrate: bool = False,
@@ -87,19 +97,22 @@ def run_ab(
     resume: bool = False,
 ) -> int:
     """Each round starts one server per engine config on each side: rounds = server starts a side, the unit of
-    the comparison. Refuses a design that cannot reach alpha; says what change it can detect before running, at
-    `expected_noise`, else at this machine's calibration of the profile (bench.calibration), else at the default.
+    the comparison, paired by round unless `paired` is False. `rounds` None: planned (`plan_design`) from the
+    noise: `expected_noise`, else this machine's calibration of the profile (bench.calibration), else the default;
+    with `max_rounds`, MIN_STARTS. The design is locked in OUT/design.json before the first round (`lock_design`):
+    `resume` with another design is refused, naming each change.
     `calibrate`: an A/A (b is a) whose between-start noise is stored for later plans. `max_rounds`: sequential, a
-    look after every round from `rounds` on at its O'Brien-Fleming level (`sequential_levels`), stopping at the
-    first look that decides (regression or pass); every look is kept in looks.json and compare.md.
+    look after every round from `rounds` on at its O'Brien-Fleming level (bench.stats.sequential_levels), stopping
+    at the first look that passes or finds a regression, or for futility (`futile`); every look is kept in
+    looks.json and compare.md.
     `ray`: each sweep runs on that cluster (`sweep --ray`; bench.distributed.ab_rounds says what else).
     `resume`: continue the A/B already in `out` (a run cut by a time limit): each round's sweep resumes where it
     stopped (`sweep --resume`: a finished one starts no server), so only what is missing runs."""
-    from bench.distributed import ab_rounds
-
     if calibrate and b != a:  # its spread would be stored as this machine's noise, the A/B's effect included
         raise BenchError("ab --calibrate runs an A/A of the baseline: give no --candidate (calibrate, then compare)")
     if ray is not None:
+        from bench.distributed import ab_rounds
+
         ab_rounds.check_envs([a.patch, b.patch])
         if calibrate:  # the cluster's nodes, not this machine, would be measured and the key would name this one
             raise BenchError("ab --calibrate --ray is not supported: a calibration is kept per machine, not cluster")
@@ -114,16 +127,52 @@ def run_ab(
 
     planned = plan_sweep(profile, dry_run=True)
     profile_key = calibration.profile_key(planned.profile, repeat)
-    if expected_noise is None and ray is not None:
-        expected_noise = CPU_AA_BETWEEN_CV
-        print(f"ab noise: no calibration on a Ray cluster: planning with {expected_noise:.1%}", file=sys.stderr)
-    elif expected_noise is None:
-        expected_noise, why = calibration.planning_noise(profile_key, detect_machine(), CPU_AA_BETWEEN_CV)
-        print(f"ab noise: {why}", file=sys.stderr, flush=True)
+    if expected_noise is not None:
+        sd = paired_sd_from_cv(expected_noise) if paired else expected_noise
+        why = f"planning with --expected-noise {expected_noise:.1%} between starts"
+    elif ray is not None:
+        sd = paired_sd_from_cv(CPU_AA_BETWEEN_CV) if paired else CPU_AA_BETWEEN_CV
+        why = f"no calibration on a Ray cluster: planning with a between-start CV of {CPU_AA_BETWEEN_CV:.1%}"
+    else:
+        sd, why = calibration.planning_noise(profile_key, detect_machine(), CPU_AA_BETWEEN_CV, paired=paired)
+    print(f"ab noise: {why}", file=sys.stderr, flush=True)
+    locked = read_design(out) if resume else None
+    if rounds is None and locked is not None:
+        rounds = int(locked["rounds"])
+    need, plan = plan_design(rounds or 0, alpha, sd, max_effect, paired)
+    if rounds is None:
+        if max_rounds is not None:
+            rounds = min(MIN_STARTS, max_rounds)
+        elif need is None:
+            raise BenchError(f"ab: {plan}; reduce the noise or give --rounds (an A/A would end inconclusive)")
+        else:
+            rounds = need
+        plan = plan_design(rounds, alpha, sd, max_effect, paired)[1]
+    if rounds < MIN_STARTS:
+        raise BenchError(f"ab --rounds {rounds}: a t bound needs at least {MIN_STARTS} rounds")
     tests = len(planned.runnable) * len(GATED)  # each point is gated on every GATED metric
-    levels = _looks(rounds, max_rounds, alpha, tests, correction, paired)
-    design = _design(rounds, levels, alpha, expected_noise, max_effect, tests, correction, paired)
-    print(f"ab design: {design}", file=sys.stderr, flush=True)
+    levels = _looks(rounds, max_rounds, alpha)
+    design = {
+        "rounds": rounds,
+        "max_rounds": max_rounds,
+        "alpha": alpha,
+        "looks": {str(n): level for n, level in levels.items()},
+        "max_effect": max_effect,
+        "min_effect": min_effect,
+        "correction": correction,
+        "test": "one-sided t on log ratios, " + ("paired by round" if paired else "unpaired (Welch)"),
+        "paired": paired,
+        "gated": list(GATED),
+        "profile": profile_key,
+    }
+    lock_design(out, design, resume)
+    looks_text = ", ".join(f"{n} ({lv:.2g})" for n, lv in levels.items())
+    text = (
+        f"sequential: looks after rounds {looks_text} (O'Brien-Fleming alpha spending, futility stop); {plan}"
+        if levels
+        else plan
+    )
+    print(f"ab design: {text}; {tests} gated tests", file=sys.stderr, flush=True)
     gate = {"min_effect": min_effect, "max_effect": max_effect, "correction": correction, "paired": paired}
     ab_salt(out, planned.profile.run.prompt_salt)  # after the design's checks: a refused A/B writes nothing
     for side, env in (("baseline", a), ("candidate", b)):  # what this A/B set per side, for compare.md
@@ -131,52 +180,79 @@ def run_ab(
     result, looks = _run_rounds(max_rounds or rounds, levels, alpha, gate, a, b, out, profile, repeat, ray)
     code = _write_compare(out, result, looks, ray)
     if calibrate:
-        _store_calibration(out, profile_key)
+        _store_calibration(out, profile_key, alpha, max_effect)
         return ExitCode.OK if code != ExitCode.GATE_FAILED else code  # an A/A that "regressed" says so
     return code
 
 
-def _looks(
-    rounds: int, max_rounds: int | None, alpha: float, tests: int, correction: str, paired: bool
-) -> dict[int, float]:
-    """The sequential looks of `--max-rounds` ({} for a fixed design); refuses a plan in which no look can decide."""
+DESIGN = "design.json"
+
+
+def read_design(out: Path) -> dict | None:
+    """The design an A/B folder locked (`lock_design`), or None (an A/B begun before designs were locked)."""
+    path = Path(out) / DESIGN
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def lock_design(out: Path, design: dict, resume: bool) -> None:
+    """Write the design to OUT/design.json before the first round; on `resume`, refuse (exit 1) a design that
+    differs from the one locked, naming each changed key with both values, so that a finished or cut A/B cannot be
+    extended with more rounds, other looks or a looser gate and judged again as if planned that way. A folder from
+    before designs were locked gets the given one, said on stderr."""
+    locked = read_design(out) if resume else None
+    if locked is not None:
+        changed = [
+            f"{key}: locked {json.dumps(locked.get(key))}, given {json.dumps(value)}"
+            for key, value in design.items()
+            if json.loads(json.dumps(value)) != locked.get(key)
+        ]
+        if changed:
+            raise BenchError(
+                f"ab --resume: {out} locked another design ({'; '.join(changed)}); resume with the locked design "
+                "(the flags it began with) or start a new --out"
+            )
+        return
+    if resume:
+        print(
+            f"ab --resume: {out} has no {DESIGN} (begun before designs were locked): locking this one", file=sys.stderr
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / DESIGN, json.dumps(design, indent=1).encode())
+
+
+def _looks(rounds: int, max_rounds: int | None, alpha: float) -> dict[int, float]:
+    """The sequential looks of `--max-rounds` ({} for a fixed design)."""
     if max_rounds is None:
         return {}
     if max_rounds < rounds:
         raise BenchError(f"ab --max-rounds {max_rounds} is below --rounds {rounds}")
-    levels = sequential_levels(rounds, max_rounds, alpha, tests, correction, paired)
-    if not levels:
-        raise BenchError(
-            f"ab --rounds {rounds} --max-rounds {max_rounds}: no look can reach its spent alpha at {tests} gated "
-            "tests; raise --max-rounds"
-        )
-    if (last := max(levels)) < max_rounds:  # the rounds after it would run and never be judged
-        unjudged = f"round {max_rounds}" if last + 1 == max_rounds else f"rounds {last + 1}-{max_rounds}"
-        raise BenchError(
-            f"ab --rounds {rounds} --max-rounds {max_rounds}: the look after round {max_rounds} cannot reach the "
-            f"alpha left for it at {tests} gated tests, so {unjudged} would run unjudged; use "
-            f"--max-rounds {last}, or more rounds"
-        )
-    return levels
+    return sequential_levels(rounds, max_rounds, alpha)
 
 
-def _design(
-    rounds: int,
-    levels: dict[int, float],
-    alpha: float,
-    noise: float,
-    max_effect: float,
-    tests: int,
-    correction: str,
-    paired: bool,
-) -> str:
-    """The design sentence printed before any server starts; a fixed design that cannot reach alpha is refused."""
-    if levels:
-        return sequential_design(levels, noise, max_effect, tests, correction, paired)
-    reachable, design = plan_design(rounds, alpha, noise, max_effect, tests, correction, paired=paired)
-    if not reachable:
-        raise BenchError(f"ab --rounds {rounds}: {design}")
-    return design
+def futile(result: dict, max_rounds: int, level: float) -> bool:
+    """The futility rule of `ab --max-rounds`: stop, inconclusive, when at `max_rounds` rounds, with each gated
+    test's estimate as observed now, its spread at the 95% lower confidence bound of the observed one (optimistic:
+    the sd of 3-5 rounds is itself noisy; projecting the observed sd, an A/A at 3% CV with looks from 3 to 14
+    rounds passed 44% of 300 times, 87% with no futility stop and 77% with this one; docs/verdicts.md) and the
+    last look's level (`level`), some
+    gated test's upper bound would still be at or above --max-effect (no pass) while no gated test's lower bound
+    would be above 0 with a slowdown of at least --min-effect (no regression either). Only an inconclusive look
+    can stop so; stopping never makes a pass or a regression, so neither error rate grows (a regression the
+    remaining rounds might have shown is lost: the rule waits while one is in sight)."""
+    from bench.compare import GATED, METRICS
+
+    t = result["table"]
+    g = t[t.metric.isin(GATED)]
+    if g.empty or g.log_estimate.isna().any():
+        return False
+    lower_level = per_test_alpha(level, result["gated_tests"], result["correction"])
+    can_pass, may_regress = True, False
+    for r in g.itertuples():
+        sd = sd_lower_bound(r.sd_log, r.df) if r.df > 0 else r.sd_log
+        lo, hi = projected_bounds(r.log_estimate, sd, bool(r.paired), max_rounds, level, lower_level)
+        can_pass &= hi < log_threshold(result["max_effect"], METRICS[r.metric])
+        may_regress |= lo > 0 and r.slowdown >= result["min_effect"]
+    return not can_pass and not may_regress
 
 
 def _run_rounds(
@@ -192,8 +268,8 @@ def _run_rounds(
     ray: str | None,
 ) -> tuple[dict, list[dict]]:
     """Run the rounds; after each round that has a look, judge at its level and stop at the first that decides
-    (regression or pass). Returns the last judgement (at `alpha` when no look was taken) and the looks, each also
-    kept in looks.json as it is taken."""
+    (regression or pass) or is futile (`futile`, before the last look). Returns the last judgement (at `alpha`
+    when no look was taken) and the looks, each also kept in looks.json as it is taken."""
     from bench.compare import compare_dirs, outcome
 
     def judge(level: float) -> dict:
@@ -207,10 +283,13 @@ def _run_rounds(
             continue
         result = judge(level)
         code, line = outcome(result)
-        looks.append({"rounds": r + 1, "level": level, "exit": int(code), "outcome": line})
+        stop_futile = code == ExitCode.INCONCLUSIVE and r + 1 < total and futile(result, total, levels[total])
+        if stop_futile:
+            line += f"; futility stop: even {total} rounds would not settle it at the spread observed"
+        looks.append({"rounds": r + 1, "level": level, "exit": int(code), "outcome": line, "futile": stop_futile})
         atomic_write_bytes(out / "looks.json", json.dumps(looks, indent=1).encode())
         print(f"look after round {r + 1} (level {level:.3g}): {line}", file=sys.stderr, flush=True)
-        if code in (ExitCode.OK, ExitCode.GATE_FAILED):
+        if code in (ExitCode.OK, ExitCode.GATE_FAILED) or stop_futile:
             break
     return (result if result is not None else judge(alpha)), looks
 
@@ -218,10 +297,11 @@ def _run_rounds(
 def _write_compare(out: Path, result: dict, looks: list[dict], ray: str | None) -> int:
     """compare.md (with the Ray nodes and the sequential looks when there are some), printed; returns the exit code."""
     from bench.compare import compare_markdown, outcome
-    from bench.distributed import ab_rounds
 
     text = compare_markdown(result, out)
     if ray is not None:
+        from bench.distributed import ab_rounds
+
         text += ab_rounds.nodes_markdown(out, len(list((out / "baseline").glob("round-*"))))
     if looks:
         rows = ([k["rounds"], f"{k['level']:.3g}", k["exit"], k["outcome"]] for k in looks)
@@ -233,51 +313,37 @@ def _write_compare(out: Path, result: dict, looks: list[dict], ray: str | None) 
     return code
 
 
-def _store_calibration(out: Path, profile_name: str) -> None:
-    """`ab --calibrate`: the between-start noise of this A/A, stored for later plans on this machine."""
+def _store_calibration(out: Path, profile_name: str, alpha: float, max_effect: float) -> None:
+    """`ab --calibrate`: the between-start noise of this A/A (per gated metric, the sd of the rounds' log ratios and
+    its 80% upper bound: bench.calibration.measure), stored for later plans on this machine with the rounds it
+    plans for --max-effect at --alpha (bench.stats.plan_rounds)."""
     from bench import calibration
-    from bench.compare import GATED, load_side
+    from bench.compare import GATED, load_side, pair_rounds
+    from bench.stats import plan_rounds
 
     base, cand = load_side(out / "baseline"), load_side(out / "candidate")
-    sides = {p: base[p].servers + cand[p].servers for p in set(base) & set(cand)}
-    entry = {"profile": profile_name, **calibration.measure(sides, GATED)}
+    common = set(base) & set(cand)
+    sides = {p: base[p].servers + cand[p].servers for p in common}
+    rounds = {p: pair_rounds(base[p], cand[p]) for p in common}
+    entry = {"profile": profile_name, **calibration.measure(sides, GATED, rounds)}
+    found = [f for f in entry["metrics"].values() if f.get("sd_log_ratio_upper") is not None]
+    if not found:
+        print("calibration: too few rounds to measure the noise (nothing stored)", file=sys.stderr)
+        return
+    bound = max(f["sd_log_ratio_upper"] for f in found)
+    entry["planned_rounds"] = plan_rounds(bound, max_effect, alpha, paired=True, higher_better=False)
+    entry["planned_for"] = {"max_effect": max_effect, "alpha": alpha, "paired": True}
     path = calibration.save(profile_name, detect_machine(), entry)
     atomic_write_bytes(out / "calibration.json", json.dumps(entry, indent=1).encode())
-    found = entry["metrics"].get(calibration.PLAN_METRIC)
     print(
-        f"calibration: {found['max_cv']:.1%} between starts at the noisiest point (median {found['median_cv']:.1%})"
-        f" over {entry['starts_per_point']} starts a point, stored in {path}"
-        if found
-        else "calibration: too few starts to measure the noise (nothing stored)",
+        f"calibration: sd of a round's log ratio up to {max(f['sd_log_ratio'] for f in found):.1%} (80% upper "
+        f"bound {bound:.1%}) over {entry['starts_per_point']} starts a point: {entry['planned_rounds']} rounds "
+        f"let an A/A pass --max-effect {max_effect:.0%} ({POWER_TEXT}); stored in {path}",
         file=sys.stderr,
     )
 
 
-def sequential_design(
-    levels: dict[int, float], noise: float, max_effect: float, tests: int, correction: str, paired: bool
-) -> str:
-    """The sentence `ab --max-rounds` prints: its looks, and the change it detects at its last look's own level,
-    not at alpha. The levels are alpha spent in pieces, so the fixed design's figure overstates the procedure's
-    power (74% instead of 80% at 7 -> 10 rounds, 20 points: reports/examples/verdict-simulation); the last look
-    alone reaches 80% at this effect, and the earlier looks only add to it."""
-    last_round = max(levels)
-    _, design = plan_design(last_round, levels[last_round], noise, max_effect, tests, correction, paired=paired)
-    looks_text = ", ".join(f"{n} ({lv:.2g})" for n, lv in levels.items())
-    return f"sequential: looks after rounds {looks_text} (O'Brien-Fleming alpha spending); at most {design}"
-
-
-def sequential_levels(
-    rounds: int, max_rounds: int, alpha: float, tests: int, correction: str, paired: bool
-) -> dict[int, float]:
-    """{rounds after which a look is taken: its family level}: every round from `rounds` to `max_rounds` whose
-    spent alpha an exact test can reach (bench.stats.look_level; a skipped look spends nothing)."""
-    levels, spent = {}, 0.0
-    for n in range(rounds, max_rounds + 1):
-        level = look_level(n, max_rounds, alpha, spent, tests, correction, paired)
-        if level is not None:
-            levels[n] = level
-            spent += level
-    return levels
+POWER_TEXT = "80% of the time, at that bound"
 
 
 def ab_salt(out: Path, pinned: str | None = None) -> str:

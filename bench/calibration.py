@@ -3,15 +3,22 @@ machine and keeps the between-server-start CV of the gated metrics here, per pro
 `bench ab` of that profile on that machine plans with it, or says plainly that it has none.
 
 Stored in the cache folder (bench.bandwidth.default_cache_dir: $BENCH_CACHE_DIR, else ~/.cache/bench) as
-calibration.json: {"<profile> (<content id>, repeat <n>) @ <machine>": entry}. An entry holds, per gated metric, the median and the largest
-between-start CV over the profile's points (both sides of the A/A pooled per point: they ran the same thing), the
-starts and points it rests on, when and with which bench it was measured. Planning uses the largest CV of output
-throughput: the noisiest point sets the design.
+calibration.json: {"<profile> (<content id>, repeat <n>) @ <machine>": entry}. An entry holds, per gated metric:
+- the median and the largest between-start CV over the profile's points (both sides of the A/A pooled per point:
+  they ran the same thing);
+- the sd of the rounds' log ratios (candidate / baseline of one round: what the paired gate's bound rests on) at
+  the noisiest point, and its one-sided 80% upper confidence bound (chi-square on rounds - 1 degrees of freedom:
+  a point estimate from ~5 rounds is as likely too small as too large, and a plan on it would fall short half the
+  time);
+- the same for one start's log value (the unpaired gate);
+with the starts and points it rests on, when and with which bench it was measured. Planning (`planning_noise`)
+takes the largest upper bound over the gated metrics: the noisiest point sets the design.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +30,7 @@ from bench.hardware import Machine
 from bench.ids import stable_id
 from bench.profile import Profile
 from bench.progress import now
+from bench.stats import paired_sd_from_cv, sd_upper_bound
 
 FILE = "calibration.json"
 PLAN_METRIC = "output_throughput"
@@ -46,20 +54,43 @@ def key(profile: str, machine: Machine) -> str:
     return f"{profile} @ {machine_label(machine)}"
 
 
-def measure(sides: dict[str, list[dict[str, list[float]]]], gated: tuple[str, ...]) -> dict:
-    """From an A/A's server starts ({point id: starts of both sides, each metric -> trial values}): per gated metric,
-    the median and largest between-start CV over points, and what it rests on."""
+def measure(
+    sides: dict[str, list[dict[str, list[float]]]],
+    gated: tuple[str, ...],
+    rounds: dict[str, tuple[list[dict[str, list[float]]], list[dict[str, list[float]]]]] | None = None,
+) -> dict:
+    """From an A/A's server starts ({point id: starts of both sides, each metric -> trial values}) and, where known,
+    its rounds ({point id: (baseline starts, candidate starts) paired by round}): per gated metric, the median and
+    largest between-start CV over points, the largest sd of a round's log ratio and of one start's log value with
+    their 80% upper bounds (`sd_upper_bound`), and what it rests on."""
     out: dict = {"metrics": {}, "points": len(sides)}
     starts = []
     for metric in gated:
-        cvs = []
-        for servers in sides.values():
+        cvs, logs, ratios = [], [], []
+        for pid, servers in sides.items():
             means = [float(np.mean(s[metric])) for s in servers if s.get(metric)]
             starts.append(len(means))
             if len(means) >= 2 and np.mean(means):
                 cvs.append(float(np.std(means, ddof=1) / abs(np.mean(means))))
-        if cvs:
-            out["metrics"][metric] = {"median_cv": float(np.median(cvs)), "max_cv": float(max(cvs)), "points": len(cvs)}
+            if len(means) >= 2 and min(means) > 0:
+                logs.append((float(np.std(np.log(means), ddof=1)), len(means) - 1))
+            b, c = (rounds or {}).get(pid, ([], []))
+            d = [
+                math.log(np.mean(y[metric]) / np.mean(x[metric]))
+                for x, y in zip(b, c)
+                if x.get(metric) and y.get(metric) and np.mean(x[metric]) > 0 and np.mean(y[metric]) > 0
+            ]
+            if len(d) >= 2:
+                ratios.append((float(np.std(d, ddof=1)), len(d) - 1))
+        if not cvs:
+            continue
+        found = {"median_cv": float(np.median(cvs)), "max_cv": float(max(cvs)), "points": len(cvs)}
+        for name, spread in (("sd_log", logs), ("sd_log_ratio", ratios)):
+            if spread:
+                uppers = [sd_upper_bound(sd, df) for sd, df in spread]
+                worst = int(np.argmax(uppers))
+                found |= {name: spread[worst][0], f"{name}_upper": uppers[worst], f"{name}_df": spread[worst][1]}
+        out["metrics"][metric] = found
     out["starts_per_point"] = int(min(starts)) if starts else 0
     return out
 
@@ -77,18 +108,38 @@ def load(profile: str, machine: Machine, cache_dir: Path | None = None) -> dict 
     return entry if isinstance(entry, dict) else None
 
 
-def planning_noise(profile: str, machine: Machine, default: float, cache_dir: Path | None = None) -> tuple[float, str]:
-    """The between-start CV an A/B of `profile` plans with on `machine`, and a sentence saying where it comes from."""
+def planning_noise(
+    profile: str, machine: Machine, default: float, cache_dir: Path | None = None, paired: bool = True
+) -> tuple[float, str]:
+    """The sd an A/B of `profile` plans its rounds with on `machine` (paired: of a round's log ratio; unpaired: of
+    one start's log value), and a sentence saying where it comes from: the largest 80% upper bound over the gated
+    metrics of this machine's calibration; an older calibration without one, its largest CV (paired: x sqrt(2));
+    none, `default` (a CV; paired: x sqrt(2))."""
     entry = load(profile, machine, cache_dir)
-    found = ((entry or {}).get("metrics") or {}).get(PLAN_METRIC)
-    if entry is not None and found:
-        return float(found["max_cv"]), (
+    metrics = (entry or {}).get("metrics") or {}
+    name = "sd_log_ratio" if paired else "sd_log"
+    bounds = {m: f for m, f in metrics.items() if f.get(f"{name}_upper") is not None}
+    what = "a round's log ratio" if paired else "one start's log value"
+    if entry is not None and bounds:
+        metric, found = max(bounds.items(), key=lambda kv: kv[1][f"{name}_upper"])
+        return float(found[f"{name}_upper"]), (
             f"noise from this machine's calibration ({entry['measured']}, {entry['starts_per_point']} starts a point, "
-            f"{found['points']} points): {found['max_cv']:.1%} between starts at the noisiest point"
+            f"{found['points']} points): sd of {what} {found[name]:.1%} at the noisiest point ({metric}), its "
+            f"80% upper bound {found[f'{name}_upper']:.1%} on {found[f'{name}_df']} df"
         )
-    return default, (
-        f"no calibration of {profile} on this machine ({machine_label(machine)}): planning with {default:.1%}, an "
-        "earlier CPU A/A's; `bench ab PROFILE --calibrate --baseline ENV` measures it here"
+    found = metrics.get(PLAN_METRIC)
+    if entry is not None and found:
+        sd = paired_sd_from_cv(found["max_cv"]) if paired else float(found["max_cv"])
+        return sd, (
+            f"noise from this machine's calibration ({entry['measured']}, an older one with no upper bound): "
+            f"{found['max_cv']:.1%} between starts at the noisiest point, sd of {what} {sd:.1%}; "
+            "`bench ab PROFILE --calibrate` again stores the bound"
+        )
+    sd = paired_sd_from_cv(default) if paired else default
+    return sd, (
+        f"no calibration of {profile} on this machine ({machine_label(machine)}): planning with a between-start CV "
+        f"of {default:.1%} (sd of {what} {sd:.1%}), an earlier CPU A/A's; `bench ab PROFILE --calibrate --baseline "
+        "ENV` measures it here"
     )
 
 

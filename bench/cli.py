@@ -248,7 +248,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         min_effect=args.min_effect,
         max_effect=args.max_effect,
         correction=args.correction,
-        paired=args.paired,
+        paired=args.paired is not False,  # ab pairs by round unless --unpaired
         expected_noise=args.expected_noise,
         ray=args.ray,
         calibrate=args.calibrate,

@@ -175,33 +175,51 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
 
 def _add_verdict_options(parser: argparse.ArgumentParser) -> None:
     """How compare and ab judge (docs/verdicts.md)."""
-    parser.add_argument("--min-effect", type=float, default=0.02, help="smallest relative change that counts")
+    parser.add_argument(
+        "--min-effect",
+        type=float,
+        default=0.02,
+        help="smallest relative slowdown that counts as a regression when significant",
+    )
     parser.add_argument(
         "--alpha",
         type=float,
         default=0.05,
-        help="family-wise significance level over every gated test of the comparison (exact permutation test of "
-        "the server starts' means, p adjusted by --correction)",
+        help="one-sided level of each side of the gate: the regression side over every gated test (one-sided t "
+        "p on the log ratios, adjusted by --correction), and the pass side (each gated test's upper bound)",
     )
     parser.add_argument(
         "--max-effect",
         type=float,
         default=0.05,
-        help="the largest change a pass may leave undetected: a gated test whose detectable effect (80%% power) "
-        "is larger, or that has too few server starts, makes the outcome inconclusive (exit 6), not a pass",
+        help="a pass (exit 0) needs every gated test's upper confidence bound of the slowdown below this; a bound "
+        "above it without a significant slowdown is inconclusive (exit 6)",
     )
     parser.add_argument(
         "--correction",
         choices=("holm", "bh", "none"),
         default="holm",
-        help="multiplicity adjustment over the gated tests: Holm (family-wise), Benjamini-Hochberg (FDR), none",
+        help="multiplicity adjustment of the regression side over the gated tests: Holm (family-wise), "
+        "Benjamini-Hochberg (FDR), none",
     )
-    parser.add_argument(
+    pairing = parser.add_mutually_exclusive_group()
+    pairing.add_argument(
         "--paired",
-        action="store_true",
-        help="pair the server starts by round of `bench ab` (A and B of one round share the machine's state) and "
-        "test the round differences by sign flips: removes round-to-round drift, but the smallest p is 2 / 2^rounds, "
-        "so it needs more rounds than the unpaired test (docs/verdicts.md)",
+        dest="paired",
+        action="store_const",
+        const=True,
+        default=None,
+        help="pair the server starts by round of `bench ab` (round-N folders; A and B of one round share the "
+        "machine's state): a t bound on the mean of the rounds' log ratios. The default for ab, and for compare "
+        "when both sides are round-N folders",
+    )
+    pairing.add_argument(
+        "--unpaired",
+        dest="paired",
+        action="store_const",
+        const=False,
+        help="treat the server starts as independent: a Welch t bound on the difference of the sides' mean logs "
+        "(compare's default for folders that are not rounds of one ab)",
     )
 
 
@@ -219,7 +237,8 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
         "--calibrate",
         action="store_true",
         help="run an A/A of the profile (the baseline against itself) and store its between-start noise for this "
-        "profile and machine (~/.cache/bench/calibration.json); later ab runs plan with it",
+        "profile and machine (~/.cache/bench/calibration.json): the sd of the rounds' log ratios and its 80%% "
+        "upper confidence bound, from which later ab runs plan their rounds",
     )
     for side in ("baseline", "candidate"):
         ab.add_argument(
@@ -232,23 +251,26 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
     ab.add_argument(
         "--rounds",
         type=int,
-        default=5,
-        help="A B rounds = server starts a side, the statistical unit "
-        "(each side runs the whole profile once per round; at least 5 for a one-point profile at p < 0.05, whose 2 "
-        "gated tests Holm splits; ab refuses fewer than the design needs and names the number)",
+        default=None,
+        help="A B rounds = server starts a side, the statistical unit (each side runs the whole profile once per "
+        "round; at least 3). Default: the rounds planned from the noise (--expected-noise, else this machine's "
+        "--calibrate of the profile, else 6.3%%) for an A/A to pass --max-effect with 80%% probability; with "
+        "--max-rounds, 3 (looks from the third round on). A resumed A/B keeps its locked design (OUT/design.json)",
     )
     ab.add_argument(
         "--max-rounds",
         type=int,
         help="sequential: after --rounds, one more round at a time up to this many, a look after each at its "
-        "O'Brien-Fleming alpha-spending level, stopping at the first look that decides (docs/verdicts.md)",
+        "O'Brien-Fleming alpha-spending level, stopping at the first look that passes or finds a regression, or "
+        "for futility when even --max-rounds could not settle it (docs/verdicts.md)",
     )
     ab.add_argument("--out", type=Path, help="default: reports/ab-<profile>-<time>")
     ab.add_argument(
         "--resume",
         action="store_true",
         help="continue the A/B in --out (one cut by a time limit or a crash): each round's sweep resumes where it "
-        "stopped, finished ones start no server; the verdict is taken over all rounds as if run at once",
+        "stopped, finished ones start no server; the design locked in OUT/design.json (rounds, max rounds, looks, "
+        "alpha, effects, test, pairing, gated metrics, profile) must match, else it exits 1 naming each change",
     )
     ab.add_argument("--repeat", type=int, default=1, help="trials per point within each round")
     _add_verdict_options(ab)
@@ -256,8 +278,9 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
         "--expected-noise",
         type=float,
         default=None,
-        help="between-server-start CV of throughput to plan for (default: this machine's --calibrate of the "
-        "profile, else 0.063, what an earlier CPU A/A measured)",
+        help="between-server-start CV of throughput to plan the rounds for (paired: a round's log ratio varies by "
+        "sqrt(2) x it); default: the 80%% upper bound this machine's --calibrate of the profile stored, else 0.063, "
+        "what an earlier CPU A/A measured",
     )
     _add_ray(ab, "run each round's sweeps", "; a round's second side on the first side's nodes")
 

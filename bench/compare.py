@@ -1,5 +1,7 @@
-"""`bench compare BASELINE CANDIDATE`: per matched point and metric, faster / slower / no change beyond noise, or
-insufficient data; and every point the candidate failed or lost, which fails the gate like a regression.
+"""`bench compare BASELINE CANDIDATE`: per matched point and metric, the slowdown with one-sided bounds on log ratios
+and a verdict (slower, faster, no regression larger than --max-effect, inconclusive, insufficient data); the
+gate's outcome (regression 4, pass 0, inconclusive 6; `judge`, `outcome`); and every point the candidate failed
+or lost, which fails the gate like a regression.
 
 A side is one results directory or a folder of them (rounds of `bench ab`, or sweeps run one after another). Each
 results directory started one server per engine configuration, so each (directory, point) is one server start:
@@ -23,7 +25,15 @@ from bench.metrics import request_latencies
 from bench.records import PointRecord, Trial
 from bench.run_options import figure_keys
 from bench.sides import changed_markdown, shown_paths, what_changed
-from bench.stats import CORRECTIONS, UNREACHABLE, Comparison, compare_servers, decide, per_test_alpha
+from bench.stats import (
+    CORRECTIONS,
+    MIN_STARTS,
+    Comparison,
+    compare_servers,
+    decide,
+    per_test_alpha,
+    settle,
+)
 from bench.store import SweepStore
 
 # metric -> higher is better
@@ -130,40 +140,49 @@ def judge(
     alpha: float = 0.05,
     max_effect: float = 0.05,
     correction: str = "holm",
-    paired: bool = False,
+    paired: bool = True,
 ) -> dict:
-    """Every metric of every (point id, label, baseline starts, candidate starts) compared (bench.stats; a start is
-    metric -> its trials' values), the gated tests at the family's per-test level, their p adjusted together for
-    multiplicity (`correction`: holm, bh or none) and their verdicts drawn from the adjusted p. `max_effect`: the
-    largest change a pass may leave undetected (`outcome`). `paired`: the i-th starts of the two sides are one
-    round (`pair_rounds`), tested by sign flips of the round differences."""
+    """Every metric of every (point id, label, baseline starts, candidate starts) compared on log ratios
+    (bench.stats.compare_servers; a start is metric -> its trials' values). `paired`: the i-th starts of the two
+    sides are one round (`pair_rounds`).
+
+    The gated tests are judged as a family, each side at `alpha`:
+    - the regression side: each gated test's one-sided p of "not slower", adjusted together for multiplicity
+      (`correction`: holm, bh or none); its lower bound shown at alpha / tests, the first Holm step;
+    - the pass side: each gated test's one-sided upper bound at `alpha`, unadjusted. A pass needs every gated test's
+      bound below `max_effect`: an intersection-union test, whose chance of a false pass is at most that of the
+      one test whose true slowdown is largest, alpha; the largest bound printed bounds the largest true slowdown
+      with 1 - alpha confidence."""
     if not min_effect <= max_effect:  # a change between them would be significant, ignored, and called a pass
         raise BenchError(
             f"--min-effect {min_effect:.1%} is larger than --max-effect {max_effect:.1%}: a change between the two "
-            "would be ignored as too small yet be above what a pass promises to detect"
+            "would be ignored as too small yet be above what a pass promises to rule out"
         )
     tests = len(points) * len(GATED)
-    level = per_test_alpha(alpha, tests, correction)  # gated tests: intervals, detectable effect, starts needed
-    rows = []
+    level = per_test_alpha(alpha, tests, correction)  # gated tests' lower bounds (the regression side)
+    rows, found_all = [], []
     for pid, label, base, cand in points:
         for metric, higher in METRICS.items():
-            if paired:  # keep the rounds aligned: a round missing a value drops out in stats.compare_paired
+            if paired:  # keep the rounds aligned: a round missing a value drops out in stats.compare_servers
                 b, c = [s.get(metric) or [] for s in base], [s.get(metric) or [] for s in cand]
             else:
                 b, c = [s[metric] for s in base if s.get(metric)], [s[metric] for s in cand if s.get(metric)]
             at = level if metric in GATED else alpha
-            found = compare_servers(b, c, higher, min_effect=min_effect, alpha=at, paired=paired)
+            found = compare_servers(
+                b, c, higher, min_effect=min_effect, max_effect=max_effect, alpha=at, pass_alpha=alpha, paired=paired
+            )
+            found_all.append(found)
             rows.append({"point_id": pid, "label": label, "metric": metric, **dataclasses.asdict(found)})
     family = [i for i, row in enumerate(rows) if row["metric"] in GATED and row["p_value"] is not None]
     adjusted = CORRECTIONS[correction]([rows[i]["p_value"] for i in family])
     for row in rows:
         row["p_adjusted"] = None
     for i, p in zip(family, adjusted):
-        row = rows[i]
-        row["p_adjusted"] = p
-        row["verdict"] = decide(
-            row["ratio"], row["ci_low"], row["ci_high"], p, METRICS[row["metric"]], alpha, min_effect
-        )
+        rows[i]["p_adjusted"] = p
+        rows[i]["verdict"] = decide(found_all[i], p, alpha, min_effect, max_effect)
+    for row, found in zip(rows, found_all):
+        if row["verdict"] == "inconclusive":
+            row["settle_rounds"] = settle(found, METRICS[row["metric"]], max_effect, min_effect)
     table = pd.DataFrame(
         rows, columns=["point_id", "label", "metric", *(f.name for f in dataclasses.fields(Comparison)), "p_adjusted"]
     )
@@ -213,16 +232,21 @@ def compare_dirs(baseline: Path, candidate: Path, across_methods: bool = False, 
             "profile [run] keys, or pass --across-methods to compare them anyway (the report lists the "
             "differences)"
         )
-    if options.get("paired"):
+    paired = options.pop("paired", None)
+    if paired is None:  # auto: paired when both sides are rounds of one `bench ab` (round-N folders), else not
+        paired = bool(matched) and all(
+            ROUND_NAME.fullmatch(r) for p in matched for side in (base[p], cand[p]) for r in side.rounds
+        )
+    if paired:
         sides = {p: pair_rounds(base[p], cand[p]) for p in matched}
         if matched and not any(b for b, _ in sides.values()):
             raise BenchError(
                 "--paired needs the rounds of `bench ab` on both sides (folders round-N with the same names); "
-                "these results have none in common"
+                "these results have none in common (--unpaired compares them as independent starts)"
             )
     else:
         sides = {p: (base[p].servers, cand[p].servers) for p in matched}
-    result = judge([(p, base[p].label, *sides[p]) for p in matched], **options)
+    result = judge([(p, base[p].label, *sides[p]) for p in matched], paired=paired, **options)
     return {
         **result,
         "failures": failures(base, cand),
@@ -344,97 +368,139 @@ def regressions(result: dict, gated=GATED) -> pd.DataFrame:
     return pd.concat([slower, broken], ignore_index=True)
 
 
+def _confidence(level) -> str:
+    """A one-sided level as the bound's confidence: 0.05 -> "95%", 0.0125 -> "98.75%"."""
+    return f"{100 * (1 - float(level)):.4g}%"
+
+
+def _where(r) -> str:
+    return f"{GATED_NAMES.get(r.metric, r.metric)} at {r.label}"
+
+
 def outcome(result: dict, gated=GATED) -> tuple[int, str]:
-    """(exit code, one line): a regression (4) when a gated metric got slower or a point failed; else
-    inconclusive (6) when a gated metric could not be judged (too few server starts), could have hidden a change
-    larger than `max_effect` (its detectable effect is larger, or unknown), or rests on a flagged server start
-    (`flagged`); else 0: no regression larger than the stated detectable effect."""
+    """(exit code, one line):
+    - regression (4) when a gated metric is significantly slower (by at least --min-effect) or a point failed;
+    - pass (0) when every gated test's upper bound of the slowdown is below `max_effect`, and nothing is flagged
+      or unjudged: "no regression larger than X (upper bound Y)", Y the largest of those bounds;
+    - else inconclusive (6), saying the largest upper bound above max effect and about how many more rounds
+      would settle it (bench.stats.settle), or what else stands in the way."""
     bad = regressions(result, gated)
-    if len(bad):
-        return ExitCode.GATE_FAILED, f"regression: {len(bad)} gated metric(s) slower, or points failed or missing"
     t = result["table"]
     g = t[t.metric.isin(gated)]
+    max_effect = result["max_effect"]
+    if len(bad):
+        slower = g[g.verdict == "slower"]
+        said = [
+            f"{_where(r)} slower by {r.slowdown:.1%} (lower {_confidence(r.lower_level)} bound {r.lower:.1%}, "
+            f"p adjusted {r.p_adjusted:.2g})"
+            for r in slower.sort_values("slowdown", ascending=False).itertuples()
+        ][:3]
+        if len(slower) > 3:
+            said.append(f"{len(slower) - 3} more gated test(s) slower")
+        broken = len(bad) - len(slower)
+        if broken:
+            said.append(f"{broken} point(s) failed or missing (or nothing compared)")
+        return ExitCode.GATE_FAILED, "regression: " + "; ".join(said)
     unjudged = g[g.verdict == "insufficient data"]
-    blind = g[(g.verdict == "no change") & ~(g.mde.astype(float) <= result["max_effect"])]
+    undecided = g[g.verdict == "inconclusive"]
     suspect = result["flagged"][result["flagged"].point_id.isin(g.point_id)]
     orphans = result["no_baseline"]
-    if len(unjudged) or len(blind) or len(suspect) or len(orphans):
+    unit = "rounds" if result.get("paired") else "server starts a side"
+    if len(unjudged) or len(undecided) or len(suspect) or len(orphans):
         why = []
+        if len(undecided):
+            worst = undecided.loc[undecided.upper.astype(float).idxmax()]
+            more = undecided.settle_rounds
+            text = (
+                f"upper bound {worst.upper:.1%} above max effect {max_effect:.1%} ({_where(worst)}, "
+                f"{_confidence(worst.upper_level)} one-sided)"
+            )
+            if len(undecided) > 1:
+                text += f" and {len(undecided) - 1} more gated test(s) undecided"
+            if more.isna().any():
+                text += f"; no number of {unit} would settle it at the slowdown observed"
+            else:
+                text += f"; about {int(more.max())} more {unit} would settle it"
+            why.append(text)
         if len(orphans):
             why.append(
                 f"{len(orphans)} point(s) without an ok baseline to judge against "
                 f"({', '.join(sorted(set(orphans.problem)))})"
             )
         if len(unjudged):
-            why.append(
-                f"{len(unjudged)} gated test(s) with too few server starts (needs {_starts(unjudged.needed.max(), 'a side')})"
-            )
-        if len(blind):
-            worst = blind.mde.astype(float).max()
-            why.append(
-                f"{len(blind)} gated test(s) whose detectable effect "
-                + (f"(up to {worst:.1%})" if worst == worst else "(unknown)")
-                + f" exceeds --max-effect {result['max_effect']:.0%}"
-            )
+            has = int(min(unjudged.n_base.min(), unjudged.n_cand.min()))
+            why.append(f"{len(unjudged)} gated test(s) with too few {unit} (needs {MIN_STARTS}, has {has})")
         if len(suspect):
             why.append(f"{len(suspect)} flagged server start(s) in the comparison (compare.md lists them)")
         return ExitCode.INCONCLUSIVE, "inconclusive: " + "; ".join(why)
-    worst = g.mde.astype(float).max() if len(g) else float("nan")
-    floor = result.get("min_effect", 0.0)  # smaller changes are "no change" by definition, significant or not
-    if worst < floor:
-        return ExitCode.OK, (
-            f"no regression larger than {floor:.1%} (--min-effect: changes below it are not counted; the largest "
-            f"detectable effect of {len(g)} gated tests is {worst:.1%})"
-        )
-    return ExitCode.OK, f"no regression larger than {worst:.1%} (the largest detectable effect of {len(g)} gated tests)"
-
-
-def _starts(needed, unit: str = "server starts a side") -> str:
-    if needed is None or needed != needed:
-        return "more server starts"
-    if int(needed) >= UNREACHABLE:
-        return "a larger --alpha: no number of server starts reaches its level"
-    return f"{int(needed)} {unit}"
+    worst = g.loc[g.upper.astype(float).idxmax()]
+    return ExitCode.OK, (
+        f"no regression larger than {max_effect:.1%} (upper {_confidence(worst.upper_level)} bound "
+        f"{worst.upper:.1%}: {_where(worst)}, the largest of {len(g)} gated tests)"
+    )
 
 
 def _ratio(r) -> str:
     if r is None or is_missing(r.ratio):
         return "-"
-    ci = f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if not is_missing(r.ci_low) else ""
-    return f"{r.ratio:.3f}{ci}"
+    return f"{r.ratio:.3f}"
 
 
-def _verdict_cell(r) -> str:
+def _slowdown(r) -> str:
+    """The slowdown and its bounds: "3.1% [-1.2%, 7.4%]"."""
+    if r is None or is_missing(r.slowdown):
+        return "-"
+    bounds = f" [{r.lower:.1%}, {r.upper:.1%}]" if not is_missing(r.upper) else ""
+    return f"{r.slowdown:.1%}{bounds}"
+
+
+def _verdict_cell(r, max_effect: float, paired: bool) -> str:
     if r is None:
         return "-"
     if r.verdict == "insufficient data":
-        return f"insufficient data (needs {_starts(r.needed)}, has {r.n_base}/{r.n_cand})"
-    if r.verdict == "no change" and not is_missing(r.mde):
-        return f"no change (detectable: {r.mde:.1%})"
+        unit = "rounds" if paired else "server starts a side"
+        return f"insufficient data (needs {MIN_STARTS} {unit}, has {r.n_base}/{r.n_cand})"
+    if r.verdict == "no regression":
+        return f"no regression > {max_effect:.0%} (upper {r.upper:.1%})"
+    if r.verdict == "inconclusive":
+        more = "" if is_missing(r.settle_rounds) else f"; ~{int(r.settle_rounds)} more"
+        return f"inconclusive (upper {r.upper:.1%} > {max_effect:.0%}{more})"
     return str(r.verdict)
 
 
 def compare_markdown(result: dict, relative_to: Path | None = None) -> str:
-    """Markdown for a PR comment: gate problems first, then the verdict table, then every metric and the noise.
-    Paths print relative to `relative_to` (the folder compare.md is written in; default the working directory)."""
+    """Markdown for a PR comment: the outcome first, then what changed between the sides, gate problems, the
+    verdict table, every metric, noise. Paths print relative to `relative_to` (the folder compare.md is written
+    in; default the working directory)."""
     t, f = result["table"], result["failures"]
-    counts = t.verdict.value_counts().to_dict() if not t.empty else {}
     base_path, cand_path = shown_paths([result["baseline"], result["candidate"]], relative_to)
+    counts = t[t.metric.isin(GATED)].verdict.value_counts().to_dict() if not t.empty else {}
+    paired = result.get("paired")
+    test = (
+        "paired by round: a t bound on the mean of the rounds' log ratios"
+        if paired
+        else "unpaired: a Welch t bound on the difference of the sides' mean logs"
+    )
+    alpha, level = result["alpha"], result.get("per_test_alpha", result["alpha"])
     lines = [
         "## bench compare",
         "",
-        f"Baseline `{base_path}` vs candidate `{cand_path}`: "
-        f"{counts.get('slower', 0)} slower, {counts.get('faster', 0)} faster, {counts.get('no change', 0)} "
-        f"no change, {counts.get('insufficient data', 0)} insufficient data, {int(f.gated.sum())} failed or missing "
-        f"(a verdict needs p < {result['alpha']} over server starts, an interval excluding 1 (gated tests: "
-        f"{1 - result.get('per_test_alpha', result['alpha']):.4g} confidence, the family's per-test level; others: "
-        f"{1 - result['alpha']:.4g}) and an effect of "
-        f"at least {result['min_effect']:.0%}; the {result.get('gated_tests', 0)} gated tests' p adjusted together: "
-        f"{result.get('correction', 'none')}{'; paired by round: sign-flip test of the round differences' if result.get('paired') else ''}).",
+        f"Baseline `{base_path}` vs candidate `{cand_path}`.",
         "",
         f"**Outcome: {outcome(result)[1]}**",
         "",
         *changed_markdown(result.get("what_changed")),
+        f"Gated tests ({result.get('gated_tests', 0)}: output tok/s and TPOT at every point): "
+        f"{counts.get('slower', 0)} slower, {counts.get('inconclusive', 0)} inconclusive, "
+        f"{counts.get('no regression', 0) + counts.get('faster', 0)} no regression larger than "
+        f"{result['max_effect']:.0%}, {counts.get('insufficient data', 0)} insufficient data; "
+        f"{int(f.gated.sum())} point(s) failed or missing. Each test is one-sided on the log ratio ({test}). "
+        f"The slowdown is 1 - candidate/baseline for throughput, candidate/baseline - 1 for latency; "
+        f"[lower, upper] are one-sided bounds: the upper at {_confidence(alpha)} (a pass needs every gated upper "
+        f"bound below --max-effect {result['max_effect']:.0%}), the lower at {_confidence(level)} (a regression "
+        f"needs the one-sided p, adjusted over the gated tests by {result.get('correction', 'none')}, below "
+        f"{alpha:g} and a slowdown of at least --min-effect {result['min_effect']:.0%}).",
+        "",
     ]
     if not f.empty:
         lines += ["### Failed or missing in the candidate", ""]
@@ -463,48 +529,52 @@ def compare_markdown(result: dict, relative_to: Path | None = None) -> str:
     if t.empty:
         lines += ["No point ran ok on both sides: nothing was compared.", ""]
         return "\n".join(lines)
-    lines += _verdict_table(t) + _noise_lines(t) + _details(t, result["decomposition"])
+    lines += _verdict_table(t, result["max_effect"], bool(paired)) + _noise_lines(t)
+    lines += _details(t, result["decomposition"], result["max_effect"], bool(paired))
     return "\n".join(lines)
 
 
-def _verdict_table(t: pd.DataFrame) -> list[str]:
+def _verdict_table(t: pd.DataFrame, max_effect: float, paired: bool) -> list[str]:
     rows = []
     for _pid, grp in t.groupby("point_id", sort=False):
         by = {r.metric: r for r in grp.itertuples()}
-        thr = by.get("output_throughput")
-        cells = [_verdict_cell(by[m]) for m in GATED if m in by]
+        thr, tpot = by.get("output_throughput"), by.get("tpot_ms")
+        cells = [_verdict_cell(by[m], max_effect, paired) for m in GATED if m in by]
         verdict = (
             cells[0]
             if len(set(cells)) == 1
-            else "; ".join(f"{GATED_NAMES[m]}: {_verdict_cell(by[m])}" for m in GATED if m in by)
+            else "; ".join(f"{GATED_NAMES[m]}: {_verdict_cell(by[m], max_effect, paired)}" for m in GATED if m in by)
         )
         n = f"{thr.n_base}/{thr.n_cand}" if thr is not None else "-"
-        rows.append([grp.label.iloc[0], n, _ratio(thr), _ratio(by.get("tpot_ms")), verdict])
-    headers = ["point", "servers", "output tok/s ratio [95% CI]", "TPOT ratio [95% CI]", "verdict"]
+        rows.append([grp.label.iloc[0], n, _ratio(thr), _slowdown(thr), _ratio(tpot), _slowdown(tpot), verdict])
+    headers = [
+        *("point", "rounds" if paired else "servers", "output tok/s ratio", "slowdown [lower, upper]"),
+        *("TPOT ratio", "slowdown [lower, upper]", "verdict"),
+    ]
     return md_rows(headers, rows)
 
 
 def _noise_lines(t: pd.DataFrame) -> list[str]:
     thr = t[t.metric == "output_throughput"]
-    between, within, mde = (thr[c].dropna() for c in ("between_cv", "within_cv", "mde"))
+    between, within, sd = (thr[c].dropna() for c in ("between_cv", "within_cv", "sd_log"))
     return [
         "",
         f"Noise (baseline output throughput): between server starts median CV {fmt(between.median() if len(between) else None, '.1%')}, "
         f"within one server (trials) median CV {fmt(within.median() if len(within) else None, '.1%')}; "
-        f"smallest change this design detects (power 80%): median {fmt(mde.median() if len(mde) else None, '.1%')}.",
+        f"sd of the log ratio the bounds rest on: median {fmt(sd.median() if len(sd) else None, '.1%')}.",
     ]
 
 
-def _details(t: pd.DataFrame, d: pd.DataFrame) -> list[str]:
+def _details(t: pd.DataFrame, d: pd.DataFrame, max_effect: float, paired: bool) -> list[str]:
     headers = [
-        *("point", "metric", "baseline", "candidate", "ratio [95% CI]", "p", "p adjusted", "servers"),
-        *("between CV", "within CV", "detectable", "verdict"),
+        *("point", "metric", "baseline", "candidate", "ratio", "slowdown [lower, upper]", "p (slower)", "p adjusted"),
+        *("rounds" if paired else "servers", "between CV", "within CV", "sd log", "verdict"),
     ]
     rows = (
         [
-            *(r.label, r.metric, fmt(r.baseline, ".4g"), fmt(r.candidate, ".4g"), _ratio(r), fmt(r.p_value, ".3g")),
-            *(fmt(r.p_adjusted, ".3g"), f"{r.n_base}/{r.n_cand}", fmt(r.between_cv, ".1%")),
-            *(fmt(r.within_cv, ".1%"), fmt(r.mde, ".1%"), r.verdict),
+            *(r.label, r.metric, fmt(r.baseline, ".4g"), fmt(r.candidate, ".4g"), _ratio(r), _slowdown(r)),
+            *(fmt(r.p_value, ".3g"), fmt(r.p_adjusted, ".3g"), f"{r.n_base}/{r.n_cand}", fmt(r.between_cv, ".1%")),
+            *(fmt(r.within_cv, ".1%"), fmt(r.sd_log, ".1%"), _verdict_cell(r, max_effect, paired)),
         ]
         for r in t.itertuples()
     )

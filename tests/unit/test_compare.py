@@ -14,10 +14,11 @@ from bench.run_options import Run
 from bench.stats import (
     CPU_AA_BETWEEN_CV,
     compare_servers,
-    min_p_value,
+    log_threshold,
+    paired_sd_from_cv,
     plan_design,
-    starts_needed,
-    starts_to_detect,
+    plan_rounds,
+    to_slowdown,
 )
 from bench.store import SweepStore
 
@@ -101,15 +102,15 @@ def rng():
     return np.random.default_rng(1)
 
 
-def test_three_starts_a_side_cannot_reach_alpha_and_says_so(tmp_path, rng):
-    assert min_p_value(3, 3) == pytest.approx(0.1) and starts_needed(0.05) == 4
-    base = write_side(tmp_path / "a", [[1000.0]] * 3, 10.0, rng)
-    cand = write_side(tmp_path / "b", [[500.0]] * 3, 20.0, rng)  # halved: still no verdict possible at n=3
+def test_two_starts_a_side_give_no_bound_and_say_so(tmp_path, rng):
+    base = write_side(tmp_path / "a", [[1000.0]] * 2, 10.0, rng)
+    cand = write_side(tmp_path / "b", [[500.0]] * 2, 20.0, rng)  # halved: still no verdict at n = 2
     t = compare_dirs(base, cand)["table"].set_index("metric")
-    assert set(t.verdict) == {"insufficient data"} and t.loc["output_throughput", "ratio"] == 0.5
-    # 2 gated tests (Holm: the smallest p must reach 0.025): 4 starts a side give at best 2/70 = 0.029
-    assert "insufficient data (needs 5 server starts a side, has 3/3)" in compare_markdown(compare_dirs(base, cand))
+    assert set(t.verdict) == {"insufficient data"} and t.loc["output_throughput", "ratio"] == pytest.approx(0.5)
+    assert "insufficient data (needs 3 rounds, has 2/2)" in compare_markdown(compare_dirs(base, cand))
     assert main(["compare", str(base), str(cand)]) == ExitCode.INCONCLUSIVE  # no verdict: neither pass nor fail
+    three = write_side(tmp_path / "c", [[500.0]] * 3, 20.0, rng)
+    assert main(["compare", str(write_side(tmp_path / "d", [[1000.0]] * 3, 10.0, rng)), str(three)]) == 4
 
 
 def test_trials_of_one_server_are_not_independent(tmp_path, rng):
@@ -120,9 +121,9 @@ def test_trials_of_one_server_are_not_independent(tmp_path, rng):
     starts_b = [[m * (1 + rng.normal(0, 0.01)) for _ in range(10)] for m in means_b]
     pooled_p = mannwhitneyu(np.concatenate(starts_a), np.concatenate(starts_b)).pvalue  # the old, wrong unit
     assert pooled_p < 0.05
-    r = compare_servers(starts_a, starts_b, True, min_effect=0.02, alpha=0.05)
-    assert r.verdict == "no change" and r.p_value > 0.05 and r.n_base == 5
-    assert r.between_cv > 0.05 > r.within_cv and r.mde > 0.1
+    r = compare_servers(starts_a, starts_b, False, min_effect=0.02, alpha=0.05, paired=False)
+    assert r.verdict == "inconclusive" and r.p_value > 0.05 and r.n_base == 5
+    assert r.between_cv > 0.05 > r.within_cv and r.upper > 0.1
 
 
 def test_ten_percent_slowdown_with_five_starts_a_side_is_found(tmp_path, rng, capsys):
@@ -132,9 +133,11 @@ def test_ten_percent_slowdown_with_five_starts_a_side_is_found(tmp_path, rng, ca
     t = result["table"].set_index("metric")
     assert t.loc["output_throughput", "verdict"] == "slower" and t.loc["output_throughput", "n_base"] == 5
     assert t.loc["output_throughput", "ratio"] == pytest.approx(0.9, abs=0.02)
-    assert t.loc["output_throughput", "ci_high"] < 0.96 and t.loc["output_throughput", "mde"] < 0.05
+    assert t.loc["output_throughput", "lower"] > 0.05 and t.loc["output_throughput", "slowdown"] == pytest.approx(
+        0.1, abs=0.02
+    )
     assert t.loc["tpot_ms", "verdict"] == "slower" and t.loc["tpot_ms", "ratio"] == pytest.approx(1.1, abs=0.01)
-    assert t.loc["mean_acceptance_length", "verdict"] == "no change"  # same acceptance: the slowdown is system time
+    assert t.loc["mean_acceptance_length", "verdict"] == "no regression"  # same acceptance: it is system time
     d = result["decomposition"].iloc[0]
     assert d.acceptance_factor == 1.0 and d.system_factor == pytest.approx(d.throughput_ratio)
     row = next(line for line in compare_markdown(result).splitlines() if line.startswith(f"| {LABEL['engine']}"))
@@ -142,14 +145,16 @@ def test_ten_percent_slowdown_with_five_starts_a_side_is_found(tmp_path, rng, ca
     assert main(["compare", str(base), str(cand)]) == 4
     assert main(["compare", str(base), str(cand), "--no-gate"]) == 0
     assert main(["compare", str(cand), str(base)]) == 0  # the reverse is faster, not a regression
+    assert main(["compare", str(base), str(cand), "--unpaired"]) == 4
 
 
-def test_small_but_significant_change_below_min_effect_is_no_change():
+def test_small_but_significant_slowdown_below_min_effect_is_not_a_regression():
     base = [[100.0], [100.1], [99.9], [100.05], [99.95], [100.02]]
-    cand = [[101.0], [101.1], [100.9], [101.05], [100.95], [101.02]]  # +1%, clearly significant
+    cand = [[99.0], [99.1], [98.9], [99.05], [98.95], [99.02]]  # 1% slower, clearly significant
     r = compare_servers(base, cand, True, min_effect=0.02, alpha=0.05)
-    assert r.p_value < 0.01 and r.verdict == "no change"
-    assert compare_servers(base, cand, True, min_effect=0.005, alpha=0.05).verdict == "faster"
+    assert r.p_value < 0.01 and r.verdict == "no regression" and r.upper < 0.02
+    assert compare_servers(base, cand, True, min_effect=0.005, alpha=0.05).verdict == "slower"
+    assert compare_servers(cand, base, True, min_effect=0.005, alpha=0.05).verdict == "faster"
 
 
 def test_all_failed_candidate_fails_the_gate(tmp_path, rng, capsys):
@@ -178,21 +183,22 @@ def test_a_crash_in_one_start_or_a_missing_point_gates_but_a_shared_failure_does
 
 
 def test_design_arithmetic():
-    assert min_p_value(4, 4) == pytest.approx(2 / 70) and min_p_value(5, 5) == pytest.approx(2 / 252)
-    assert starts_needed(0.01) == 5
-    n5 = starts_to_detect(0.05, 0.02, 0.05)
-    assert n5 is not None and 4 <= n5 <= 6  # t(0.975)+t(0.8) ~ 2.9: 2.9 * 0.02 * sqrt(2/n) <= 0.05
-    assert starts_to_detect(0.05, 0.5, 0.05, limit=50) is None
+    assert to_slowdown(log_threshold(0.05, True), True) == pytest.approx(0.05)
+    assert to_slowdown(log_threshold(0.05, False), False) == pytest.approx(0.05)
+    assert log_threshold(0.05, True) > log_threshold(0.05, False)  # 1/0.95 - 1 > 5%: throughput's is wider
+    assert paired_sd_from_cv(0.02) == pytest.approx(0.0283, abs=1e-4)
+    few, many = plan_rounds(0.02, 0.05, 0.05), plan_rounds(0.04, 0.05, 0.05)
+    assert few is not None and many is not None and 3 <= few < many
+    assert plan_rounds(0.02, 0.05, 0.05, paired=False) > few, "unpaired, the same sd: two sides' means"
 
 
-def test_ab_refuses_a_design_that_cannot_reach_alpha_before_running(tmp_path, capsys):
+def test_ab_refuses_fewer_than_three_rounds_before_running(tmp_path, capsys):
     out = tmp_path / "ab"
     args = ["ab", "tiny", "--baseline", sys.executable, "--candidate", sys.executable, "--out", str(out)]
-    assert main([*args, "--rounds", "3"]) == 1
-    err = capsys.readouterr().err
-    assert "cannot reach p < 0.013 (4 gated tests, holm: each at p < 0.013)" in err and not out.exists()
-    ok, text = plan_design(5, 0.05, CPU_AA_BETWEEN_CV)
-    assert ok and "cannot detect a 5% change: that needs 26 starts a side" in text
+    assert main([*args, "--rounds", "2"]) == 1
+    assert "a t bound needs at least 3 rounds" in capsys.readouterr().err and not out.exists()
+    need, text = plan_design(5, 0.05, paired_sd_from_cv(CPU_AA_BETWEEN_CV), 0.05)
+    assert need is not None and need > 5 and f"{need} let an A/A pass --max-effect 5%" in text
 
 
 def _quiet_pass(tmp_path, rng) -> tuple[Path, Path]:
@@ -227,31 +233,35 @@ def test_a_point_without_an_ok_baseline_makes_the_outcome_inconclusive_not_a_pas
         assert "### Not judged: no ok baseline" in compare_markdown(result)
 
 
-def test_a_pass_never_states_a_bound_below_min_effect_and_min_above_max_is_refused(tmp_path, rng):
-    """Found in review: a significant 1.8% slowdown below --min-effect 2% is "no change", and the pass line said
-    "no regression larger than 0.6%" (the detectable effect). The bound is --min-effect there."""
+def test_a_significant_slowdown_below_min_effect_passes_with_its_bound_and_min_above_max_is_refused(tmp_path, rng):
+    """A significant 1.8% slowdown below --min-effect 2% is not a regression; the pass states the bound the code
+    computed (about 2%), not a detectable effect."""
     base = write_side(tmp_path / "a", [[x] for x in rng.normal(1000, 2, 7)], 10.0, rng)
     cand = write_side(tmp_path / "b", [[x] for x in rng.normal(982, 2, 7)], 10.0, rng)
     result = compare_dirs(base, cand)
     t = result["table"].set_index("metric")
-    assert t.loc["output_throughput", "verdict"] == "no change" and t.loc["output_throughput", "mde"] < 0.02
+    assert t.loc["output_throughput", "verdict"] == "no regression" and t.loc["output_throughput", "p_adjusted"] < 0.01
     code, line = outcome(result)
-    assert code == ExitCode.OK and line.startswith("no regression larger than 2.0% (--min-effect")
+    bound = result["table"][result["table"].metric.isin(["output_throughput", "tpot_ms"])].upper.max()
+    assert code == ExitCode.OK and line.startswith(f"no regression larger than 5.0% (upper 95% bound {bound:.1%}")
+    assert 0.018 < bound < 0.05
     with pytest.raises(BenchError, match="--min-effect 10.0% is larger than --max-effect 5.0%"):
         compare_dirs(base, cand, min_effect=0.1, max_effect=0.05)
 
 
-def test_a_level_no_number_of_starts_reaches_is_unreachable_not_an_endless_loop():
-    """Found in review: below 2 / (ARRANGEMENT_CAP + 1) the search for the starts needed never ended (an early
-    O'Brien-Fleming look, or --alpha 0.000005), so `bench ab` and `bench compare` hung."""
-    from bench.ab import sequential_levels
-    from bench.stats import UNREACHABLE
+def test_noise_no_number_of_rounds_can_pass_is_said_not_an_endless_loop(tmp_path, monkeypatch):
+    """Found in review (permutation era): a level no design reached hung the search for the starts needed. Now the
+    plan looks up to 1000 rounds and says so; ab with no --rounds refuses such a plan."""
+    from bench import ab
+    from bench.stats import sequential_levels
 
-    assert starts_needed(1e-7) == UNREACHABLE and starts_needed(1e-7, paired=True) == UNREACHABLE
-    levels = sequential_levels(4, 20, 0.05, 4, "holm", False)  # returned: the unreachable early looks skipped
-    assert levels and min(levels) > 4 and sum(levels.values()) <= 0.05
-    ok, text = plan_design(5, 0.000005, 0.06, 0.05, 2, "holm")
-    assert not ok and "no number of server starts reaches" in text
+    need, text = plan_design(5, 0.05, 0.9, 0.05)
+    assert need is None and "no number of rounds up to 1000" in text
+    levels = sequential_levels(4, 20, 0.000005)
+    assert levels and min(levels) >= 4 and sum(levels.values()) == pytest.approx(0.000005)
+    env = ab.Env("python", None)
+    with pytest.raises(BenchError, match="no number of rounds up to 1000"):
+        ab.run_ab("tiny", env, env, rounds=None, out=tmp_path / "ab", expected_noise=0.9)
 
 
 def test_ab_calibrate_with_a_candidate_is_refused(tmp_path, capsys):

@@ -176,7 +176,7 @@ def test_compare_md_opens_with_what_changed_and_prints_no_absolute_path(tmp_path
     text = compare_markdown(result, tmp_path / "ab")
     assert str(tmp_path) not in text
     assert "Baseline `baseline` vs candidate `candidate`" in text
-    assert text.index("### What changed") < text.index("| point | servers |")
+    assert text.index("### What changed") < text.index("| point | rounds |")
     assert "| environment BENCH_STEP_DELAY_MS | unset | 30 |" in text
 
 

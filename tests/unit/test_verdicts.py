@@ -1,18 +1,32 @@
-"""The PR gate's outcomes (docs/verdicts.md): regression (4), no regression larger than the detectable effect (0),
-inconclusive (6) when the data cannot rule one out; the multiplicity adjustments over the gated tests; the per-test
-level a design must reach. Results directories are synthetic: one value per server start (tests/unit/test_compare.py
-writes them)."""
+"""The PR gate's outcomes (docs/verdicts.md): regression (4), no regression larger than --max-effect with the upper
+bound stated (0), inconclusive (6) when the bound is above it; one-sided t bounds on log ratios, paired by round by
+default; the multiplicity adjustment of the regression side; the locked design of `bench ab`, its sequential looks
+and futility stop, and the rounds --calibrate plans. Results directories are synthetic: one value per server start
+(tests/unit/test_compare.py writes them)."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats as sps
 
-from bench.compare import compare_dirs, compare_markdown, outcome
-from bench.errors import ExitCode
-from bench.stats import benjamini_hochberg, holm, per_test_alpha, plan_design, starts_needed
+from bench.compare import compare_dirs, compare_markdown, judge, outcome
+from bench.errors import BenchError, ExitCode
+from bench.stats import (
+    benjamini_hochberg,
+    compare_servers,
+    holm,
+    obrien_fleming_spent,
+    per_test_alpha,
+    plan_design,
+    plan_rounds,
+    sd_upper_bound,
+    sequential_levels,
+)
 from tests.unit.test_compare import write_start
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,22 +44,119 @@ def rng():
     return np.random.default_rng(7)
 
 
+def exact_logs(mean: float, sd: float, n: int) -> np.ndarray:
+    """n log ratios with exactly this mean and sample sd."""
+    z = np.arange(n) - (n - 1) / 2
+    return mean + sd * z / np.std(z, ddof=1)
+
+
+def rounds_with(log_slowdowns: np.ndarray) -> tuple[list[list[float]], list[list[float]]]:
+    """Latency starts (lower is better) whose per-round log ratios are exactly `log_slowdowns`."""
+    base = [[100.0 * (1 + 0.01 * i)] for i in range(len(log_slowdowns))]
+    return base, [[b[0] * math.exp(d)] for b, d in zip(base, log_slowdowns)]
+
+
 def test_holm_and_bh_against_hand_computed_values():
     p = [0.01, 0.04, 0.03, 0.005, None]
     assert holm(p) == pytest.approx([0.03, 0.06, 0.06, 0.02, None])
     assert benjamini_hochberg(p) == pytest.approx([0.02, 0.04, 0.04, 0.02, None])
     assert holm([0.5]) == [0.5] and holm([]) == []
     assert holm([0.3, 0.4]) == pytest.approx([0.6, 0.6]), "monotone: a larger p never gets a smaller adjusted p"
+    assert per_test_alpha(0.05, 40, "holm") == pytest.approx(0.00125) and per_test_alpha(0.05, 40, "none") == 0.05
 
 
-def test_the_per_test_level_grows_the_starts_a_design_needs():
-    assert per_test_alpha(0.05, 40, "holm") == pytest.approx(0.00125)
-    assert per_test_alpha(0.05, 40, "none") == 0.05
-    assert starts_needed(0.05) == 4 and starts_needed(0.00125) == 7
-    ok, text = plan_design(5, 0.05, 0.063, tests=40)
-    assert not ok and "use at least 7" in text
-    ok, text = plan_design(7, 0.05, 0.063, tests=40)
-    assert ok and "40 gated tests, holm" in text
+# --- the bounds, by hand ---------------------------------------------------------------------------------------
+
+
+def test_paired_bound_is_the_t_bound_on_the_mean_log_ratio():
+    """5 rounds whose log ratios have mean 0.01 and sd 0.02: the upper bound of the log slowdown is
+    0.01 + t_{0.95,4} x 0.02 / sqrt(5), the lower 0.01 - t_{0.975,4} x ..., the p scipy's one-sided t test's."""
+    d = exact_logs(0.01, 0.02, 5)
+    base, cand = rounds_with(d)
+    c = compare_servers(base, cand, False, min_effect=0.02, max_effect=0.05, alpha=0.025, pass_alpha=0.05)
+    se = 0.02 / math.sqrt(5)
+    assert c.upper == pytest.approx(math.expm1(0.01 + sps.t.ppf(0.95, 4) * se))
+    assert c.lower == pytest.approx(math.expm1(0.01 - sps.t.ppf(0.975, 4) * se))
+    assert c.p_value == pytest.approx(sps.ttest_1samp(d, 0.0, alternative="greater").pvalue)
+    assert c.ratio == pytest.approx(math.exp(0.01)) and c.slowdown == pytest.approx(math.expm1(0.01))
+    # a throughput (higher is better): the same starts read as 1% faster; its log slowdown is -0.01
+    up = compare_servers(base, cand, True, min_effect=0.02, max_effect=0.05, alpha=0.025, pass_alpha=0.05)
+    s_upper = -0.01 + sps.t.ppf(0.95, 4) * se
+    assert up.slowdown == pytest.approx(-math.expm1(0.01)) and up.upper == pytest.approx(-math.expm1(-s_upper))
+
+
+def test_unpaired_bound_is_welch_on_the_mean_logs():
+    b = [[x] for x in (100.0, 104.0, 97.0, 101.0)]
+    c = [[x] for x in (106.0, 109.0, 103.0, 111.0, 104.0)]
+    found = compare_servers(b, c, False, min_effect=0.02, max_effect=0.05, alpha=0.05, paired=False)
+    lb, lc = np.log([x[0] for x in b]), np.log([x[0] for x in c])
+    welch = sps.ttest_ind(lc, lb, equal_var=False, alternative="greater")
+    assert found.p_value == pytest.approx(welch.pvalue)
+    ci = sps.ttest_ind(lc, lb, equal_var=False).confidence_interval(0.90)  # its ends: the one-sided 95% bounds
+    assert found.upper == pytest.approx(math.expm1(ci.high)) and found.lower == pytest.approx(math.expm1(ci.low))
+
+
+@pytest.mark.parametrize(
+    ("mean", "sd", "verdict"),
+    [
+        (0.00, 0.01, "no regression"),  # upper = 0 + 2.13 x 0.0045 = 1.0% < 5%
+        (0.00, 0.06, "inconclusive"),  # upper = e^(2.13 x 0.06 / sqrt(5)) - 1 = 5.9% > 5%
+        (0.03, 0.01, "slower"),  # p = t_4(6.7) ~ 0.001 < 0.025, slowdown 3.0% >= 2%
+        (0.015, 0.005, "no regression"),  # significant but 1.5% < --min-effect 2%: not counted; upper 2.0% < 5%
+        (0.04, 0.04, "inconclusive"),  # p = 0.044 > 0.025 (alpha / 2 tests); upper 8.1% > 5%
+        (-0.05, 0.01, "faster"),
+    ],
+)
+def test_tost_verdicts_on_constructed_rounds(mean, sd, verdict):
+    """Known answers: a pass needs the upper bound below 5%, a regression the one-sided p below the level and a
+    slowdown of at least 2%; else inconclusive. The bounds checked against the formula."""
+    d = exact_logs(mean, sd, 5)
+    base, cand = rounds_with(d)
+    found = compare_servers(base, cand, False, min_effect=0.02, max_effect=0.05, alpha=0.025, pass_alpha=0.05)
+    upper = math.expm1(mean + sps.t.ppf(0.95, 4) * sd / math.sqrt(5))
+    assert found.upper == pytest.approx(upper) and found.verdict == verdict
+
+
+def test_judge_tost_pass_inconclusive_and_fail(tmp_path):
+    """One point, 6 rounds, through compare's judge and outcome: each way the gate can end, its line naming the
+    bound the code computed."""
+
+    def point(mean, sd):
+        d = exact_logs(mean, sd, 6)
+        base = [{"output_throughput": [1000.0], "tpot_ms": [10.0]} for _ in d]
+        cand = [{"output_throughput": [1000.0 * math.exp(-x)], "tpot_ms": [10.0 * math.exp(x)]} for x in d]
+        return [("p1", "P", base, cand)]
+
+    passed = judge(point(0.0, 0.01), paired=True)
+    code, line = outcome(passed)
+    tp = passed["table"].set_index("metric").loc["tpot_ms"]
+    expected = math.expm1(sps.t.ppf(0.95, 5) * 0.01 / math.sqrt(6))
+    assert code == ExitCode.OK and tp.upper == pytest.approx(expected)
+    assert line.startswith(f"no regression larger than 5.0% (upper 95% bound {expected:.1%}: TPOT at P")
+    code, line = outcome(judge(point(0.0, 0.06), paired=True))
+    assert code == ExitCode.INCONCLUSIVE and "above max effect 5.0%" in line and "more rounds would settle it" in line
+    code, line = outcome(judge(point(0.10, 0.03), paired=True))
+    assert code == ExitCode.GATE_FAILED and line.startswith("regression: TPOT at P slower by 10.5% (lower 97.5% bound")
+    code, line = outcome(judge(point(0.08, 0.0001), paired=True, min_effect=0.05, max_effect=0.1))
+    assert code == ExitCode.GATE_FAILED  # 8.3% >= --min-effect 5%: a regression though under --max-effect 10%
+    with pytest.raises(BenchError, match="--min-effect 10.0% is larger than --max-effect 5.0%"):
+        judge(point(0.0, 0.01), min_effect=0.1, max_effect=0.05)
+
+
+def test_the_bound_covers_at_its_nominal_rate():
+    """The one-sided 95% upper bound of compare_servers, 4 rounds, normal noise: at or above the true slowdown
+    (5%) in 95% of 2,000 draws (the binomial 99.9% range: 93.3-96.5%)."""
+    rng = np.random.default_rng(3)
+    covered = 0
+    for _ in range(2000):
+        base = [[1000.0 * math.exp(e)] for e in rng.normal(0, 0.03, 4)]
+        cand = [[1000.0 * 0.95 * math.exp(e)] for e in rng.normal(0, 0.03, 4)]
+        found = compare_servers(base, cand, True, min_effect=0.02, alpha=0.05)
+        covered += found.upper >= 0.05 - 1e-12
+    assert 0.933 <= covered / 2000 <= 0.965
+
+
+# --- compare over results directories -----------------------------------------------------------------------
 
 
 def test_a_clear_regression_fails_the_gate(tmp_path, rng):
@@ -55,23 +166,24 @@ def test_a_clear_regression_fails_the_gate(tmp_path, rng):
     code, line = outcome(result)
     assert code == ExitCode.GATE_FAILED and line.startswith("regression")
     gated = result["table"][result["table"].metric.isin(["output_throughput", "tpot_ms"])]
-    assert set(gated.verdict) == {"slower"}
+    assert set(gated.verdict) == {"slower"} and result["paired"], "round-N folders on both sides: paired"
     assert (gated.p_adjusted >= gated.p_value).all(), "Holm never lowers a p"
 
 
-def test_a_quiet_aa_passes_with_its_detectable_effect_stated(tmp_path, rng):
+def test_a_quiet_aa_passes_with_its_bound_stated(tmp_path, rng):
     base = side(tmp_path / "a", rng.normal(1000, 3, 6), 10.0, rng)
     cand = side(tmp_path / "b", rng.normal(1000, 3, 6), 10.0, rng)
-    code, line = outcome(compare_dirs(base, cand))
-    assert code == ExitCode.OK and line.startswith("no regression larger than")
+    result = compare_dirs(base, cand)
+    code, line = outcome(result)
+    worst = result["table"][result["table"].metric.isin(["output_throughput", "tpot_ms"])].upper.max()
+    assert code == ExitCode.OK and line.startswith(f"no regression larger than 5.0% (upper 95% bound {worst:.1%}")
+    assert f"**Outcome: {line}**" in compare_markdown(result)
 
 
 def test_a_pass_over_a_flagged_server_start_is_inconclusive(tmp_path, rng):
     """The quiet A/A above, with one candidate start whose record carries a flag (bench.executor._flags): its figures
     stay in the test (a change that contaminates windows must not be dropped from its own comparison), so the
     pass becomes inconclusive and compare.md names the start. A regression stays a regression."""
-    import json
-
     base = side(tmp_path / "a", rng.normal(1000, 3, 6), 10.0, rng)
     cand = side(tmp_path / "b", rng.normal(1000, 3, 6), 10.0, rng)
     record = cand / "round-2" / "points" / "p1.json"
@@ -92,76 +204,67 @@ def test_a_pass_over_a_flagged_server_start_is_inconclusive(tmp_path, rng):
 
 
 def test_a_noisy_aa_is_inconclusive_not_a_pass(tmp_path, rng):
-    base = side(tmp_path / "a", rng.normal(1000, 150, 6), 10.0, rng)
-    cand = side(tmp_path / "b", rng.normal(1000, 150, 6), 10.0, rng)
+    base = side(tmp_path / "a", [1000, 1200, 850, 1100, 950, 1050], 10.0, rng)
+    cand = side(tmp_path / "b", [1100, 900, 1000, 1250, 870, 1000], 10.0, rng)  # CV ~13%, means 1.3% apart
     result = compare_dirs(base, cand)
     code, line = outcome(result)
-    assert code == ExitCode.INCONCLUSIVE and "exceeds --max-effect 5%" in line
+    assert code == ExitCode.INCONCLUSIVE and "above max effect 5.0%" in line
     assert "Outcome: inconclusive" in compare_markdown(result)
     assert outcome(compare_dirs(base, cand, max_effect=0.9))[0] == ExitCode.OK, "a looser bound the data meets"
 
 
-def test_too_few_starts_for_the_family_is_inconclusive(tmp_path, rng):
-    """5 starts reach p < 0.05 alone (at best 2/252 = 0.008), but not 0.05 / 8 over four points' eight gated tests."""
-    points = ("p1", "p2", "p3", "p4")
-    base = side(tmp_path / "a", rng.normal(1000, 3, 5), 10.0, rng, points)
-    cand = side(tmp_path / "b", rng.normal(700, 3, 5), 14.0, rng, points)
-    result = compare_dirs(base, cand)
-    assert result["gated_tests"] == 8 and result["per_test_alpha"] == pytest.approx(0.05 / 8)
-    code, line = outcome(result)
-    assert code == ExitCode.INCONCLUSIVE and "too few server starts (needs 6 a side)" in line
-    assert outcome(compare_dirs(base, cand, correction="none"))[0] == ExitCode.GATE_FAILED, "unadjusted: it would gate"
+def test_too_few_rounds_is_insufficient_data_and_holm_guards_the_regression_side(tmp_path, rng):
+    """2 rounds: no bound (insufficient data, inconclusive). Four points' eight gated tests: a 3% slowdown at one
+    point with p ~ 0.004 one-sided is a regression alone (correction none) but not after Holm (x 8)."""
+    base = side(tmp_path / "a", [1000.0, 1001.0], 10.0, rng)
+    cand = side(tmp_path / "b", [700.0, 701.0], 14.0, rng)
+    code, line = outcome(compare_dirs(base, cand))
+    assert code == ExitCode.INCONCLUSIVE and "too few rounds (needs 3, has 2)" in line
+    d = exact_logs(0.04, 0.02, 4)  # t = 4 on 3 df: p = 0.014 (x 8 = 0.11); upper 6.6% > 5%
+    quiet = exact_logs(0.0, 0.001, 4)
+    points = []
+    for k in range(4):
+        logs = d if k == 0 else quiet
+        b = [{"output_throughput": [1000.0], "tpot_ms": [10.0]} for _ in logs]
+        c = [{"output_throughput": [1000.0 * math.exp(-x)], "tpot_ms": [10.0 * math.exp(x)]} for x in logs]
+        points.append((f"p{k}", f"P{k}", b, c))
+    holm_result = judge(points, paired=True)
+    assert holm_result["gated_tests"] == 8 and outcome(holm_result)[0] == ExitCode.INCONCLUSIVE
+    assert outcome(judge(points, paired=True, correction="none"))[0] == ExitCode.GATE_FAILED
 
 
-# --- paired by round ---------------------------------------------------------------------------------------------
-
-
-def test_paired_exact_p_and_rounds_needed():
-    from bench.stats import compare_paired, min_p_value
-
-    assert min_p_value(5, 5, paired=True) == pytest.approx(2 / 32) and min_p_value(5, 5) == pytest.approx(2 / 252)
-    assert starts_needed(0.05, paired=True) == 6 and starts_needed(0.025, paired=True) == 7
-    base = [[100.0 + r] for r in range(8)]
-    found = compare_paired(base, [[b[0] * 0.9] for b in base], True, min_effect=0.02, alpha=0.05)
-    assert found.p_value == pytest.approx(2 / 2**8) and found.verdict == "slower"  # every flip is as extreme
-    few = compare_paired(base[:5], [[b[0] * 0.9] for b in base[:5]], True, min_effect=0.02, alpha=0.05)
-    assert few.verdict == "insufficient data" and few.needed == 6  # 2 / 2^5 cannot reach 0.05
-    ok, text = plan_design(5, 0.05, 0.063, tests=2, paired=True)
-    assert not ok and "paired (sign-flip) test" in text and "use at least 7" in text
+# --- paired by round -----------------------------------------------------------------------------------------------
 
 
 def test_pairing_removes_round_drift_that_hides_a_regression(tmp_path, rng):
-    """Each round shifts both sides alike (machine state); the candidate is 6% slower within every round. The
-    unpaired test drowns in the drift, the paired one sees it."""
-    drift = rng.normal(0, 80, 8)
+    """Each round shifts both sides alike (machine state); the candidate is 4% slower within every round. The
+    unpaired test drowns in the drift, the paired one (compare's default for round-N folders) sees it."""
+    drift = rng.normal(0, 120, 8)
     base = side(tmp_path / "a", 1000 + drift, 10.0, rng)
-    cand = side(tmp_path / "b", (1000 + drift) * 0.94 + rng.normal(0, 2, 8), 10.0, rng)
-    unpaired = compare_dirs(base, cand, correction="none")
-    paired = compare_dirs(base, cand, correction="none", paired=True)
+    cand = side(tmp_path / "b", (1000 + drift) * 0.96 + rng.normal(0, 2, 8), 10.0, rng)
+    unpaired = compare_dirs(base, cand, correction="none", paired=False)
+    paired = compare_dirs(base, cand, correction="none")
     row = {
         name: r[r.metric == "output_throughput"].iloc[0]
         for name, r in (("u", unpaired["table"]), ("p", paired["table"]))
     }
-    assert row["u"].verdict == "no change" and row["p"].verdict == "slower"
-    assert row["p"].mde < 0.02 < row["u"].mde
-    assert "paired by round" in compare_markdown(paired)
+    assert row["u"].verdict == "inconclusive" and row["p"].verdict == "slower" and paired["paired"]
+    assert row["p"].upper - row["p"].lower < 0.02 < row["u"].upper - row["u"].lower
+    assert "paired by round" in compare_markdown(paired) and "unpaired" in compare_markdown(unpaired)
 
 
 def test_pairing_needs_rounds_both_sides_ran(tmp_path, rng):
-    from bench.errors import BenchError
-
     base = side(tmp_path / "a", [1000, 1010, 990, 1005, 995, 1000], 10.0, rng)
     write_start(tmp_path / "b" / "other", [1000.0], 10.0, rng)
     with pytest.raises(BenchError, match="--paired needs the rounds"):
         compare_dirs(base, tmp_path / "b", paired=True)
+    assert not compare_dirs(base, tmp_path / "b")["paired"], "by default: unpaired where the folders are not rounds"
 
 
 def test_only_round_folders_pair_and_a_point_without_common_rounds_is_inconclusive(tmp_path, rng):
     """Folders that merely share a name are not rounds of one `ab`: they never pair. A point that has no round on
     both sides (it ran only in rounds the other side lost) is insufficient data, so the comparison ends
     inconclusive (6) instead of aborting with a user error."""
-    from bench.errors import BenchError
-
     for name in ("start-a", "start-b", "start-c"):
         write_start(tmp_path / "a" / name, [1000.0], 10.0, rng)
         write_start(tmp_path / "b" / name, [900.0], 10.0, rng)
@@ -178,90 +281,192 @@ def test_only_round_folders_pair_and_a_point_without_common_rounds_is_inconclusi
     assert outcome(result)[0] == ExitCode.INCONCLUSIVE
 
 
+def test_ab_pairs_by_round_unless_told_otherwise(monkeypatch):
+    from bench import ab
+    from bench.cli import main
+
+    seen: dict = {}
+    monkeypatch.setattr(ab, "run_ab", lambda *args, **kw: seen.update(kw) or 0)
+    monkeypatch.setattr(ab, "parse_env", lambda spec, extra=None: spec)
+    assert main(["ab", "tiny", "--baseline", "a", "--candidate", "b"]) == 0 and seen["paired"] is True
+    assert seen["rounds"] is None, "planned from the noise"
+    assert main(["ab", "tiny", "--baseline", "a", "--candidate", "b", "--unpaired"]) == 0 and seen["paired"] is False
+
+
 # --- sequential rounds -------------------------------------------------------------------------------------------
 
 
 def test_obrien_fleming_spending_by_hand():
-    from scipy.stats import norm
-
-    from bench.stats import obrien_fleming_spent
-
-    z = norm.ppf(0.975)
-    assert obrien_fleming_spent(0.5, 0.05) == pytest.approx(2 - 2 * norm.cdf(z / 0.5**0.5))  # 0.0056
+    z = sps.norm.ppf(0.975)
+    assert obrien_fleming_spent(0.5, 0.05) == pytest.approx(2 - 2 * sps.norm.cdf(z / 0.5**0.5))  # 0.0056
     assert obrien_fleming_spent(1.0, 0.05) == pytest.approx(0.05)
     assert obrien_fleming_spent(0.0, 0.05) == 0.0
     spent = [obrien_fleming_spent(n / 10, 0.05) for n in range(1, 11)]
     assert spent == sorted(spent) and spent[0] < 1e-6  # spends little early, monotone
 
 
-def test_sequential_looks_never_spend_more_than_alpha_and_skip_unreachable_ones():
-    from bench.ab import sequential_levels
-    from bench.stats import min_p_value, per_test_alpha
+def test_sequential_looks_spend_exactly_alpha_one_look_a_round():
+    for rounds, max_rounds in ((4, 12), (3, 10), (6, 20), (5, 5)):
+        levels = sequential_levels(rounds, max_rounds, 0.05)
+        assert list(levels) == list(range(max(rounds, 3), max_rounds + 1))
+        assert sum(levels.values()) == pytest.approx(0.05) and all(v > 0 for v in levels.values())
+    assert sequential_levels(1, 4, 0.05).keys() == {3, 4}, "no look before 3 rounds: a t bound needs them"
 
-    for rounds, max_rounds, tests in ((4, 12, 2), (5, 10, 2), (6, 20, 40), (4, 8, 1)):
-        levels = sequential_levels(rounds, max_rounds, 0.05, tests, "holm", False)
-        assert levels and sum(levels.values()) <= 0.05 + 1e-12
-        assert max(levels) == max_rounds  # the last round always looks: the rest of alpha is spent there
-        for n, level in levels.items():  # every look taken can reach its own level
-            assert min_p_value(n, n) < per_test_alpha(level, tests, "holm")
-    levels = sequential_levels(4, 12, 0.05, 2, "holm", False)
-    assert min(levels) == 6  # at 4 and 5 rounds no exact test reaches the little alpha spent so far: skipped
-    assert sequential_levels(4, 8, 0.05, 2, "holm", True)  # paired: fewer reachable looks, still some
+
+def test_futility_rule_by_hand():
+    """At 4 of 10 rounds: a spread the 10th round's bound cannot bring under 5% stops (inconclusive); the same with
+    a small spread, or with a slowdown whose lower bound at 10 rounds would clear 0, does not."""
+    from bench.ab import futile
+
+    def result(mean, sd):
+        d = exact_logs(mean, sd, 4)
+        base = [{"output_throughput": [1000.0], "tpot_ms": [10.0]} for _ in d]
+        cand = [{"output_throughput": [1000.0 * math.exp(-x)], "tpot_ms": [10.0 * math.exp(x)]} for x in d]
+        return judge([("p1", "P", base, cand)], paired=True, alpha=0.002)
+
+    last = sequential_levels(4, 10, 0.05)[10]
+    # projected upper at 10 rounds: 0 + t_{1-last, 9} x sd_low / sqrt(10), sd_low the 95% lower bound of 0.12 on
+    # 3 df (0.12 x sqrt(3 / chi2_0.95(3)) = 0.074): 6.5% > log(1.05): futile; from 0.06 (sd_low 0.037, 3.2%): not
+    low = 0.12 * math.sqrt(3 / sps.chi2.ppf(0.95, 3))
+    assert sps.t.ppf(1 - last, 9) * low / math.sqrt(10) > math.log(1.05) and futile(result(0.0, 0.12), 10, last)
+    assert not futile(result(0.0, 0.06), 10, last), "an optimistic spread could still pass: keep going"
+    assert not futile(result(0.0, 0.02), 10, last)  # 1.7% at 10 rounds: a pass is in reach
+    assert not futile(result(0.15, 0.12), 10, last), "a regression in sight: keep going"
 
 
 @pytest.mark.parametrize(
-    ("slowdown", "noise", "stops_after", "code"),
+    ("slowdown", "noise", "code"),
     [
-        (0.7, 5, 6, ExitCode.GATE_FAILED),  # a 30% regression: the first look (6 rounds) decides
-        (1.0, 5, 6, ExitCode.OK),  # a quiet A/A: detectable effect under 5% at the first look, a pass
-        (1.0, 80, 10, ExitCode.INCONCLUSIVE),  # a noisy A/A: no look can rule out 5%, every round runs
+        (0.7, 5, ExitCode.GATE_FAILED),  # a 30% regression: the first look (4 rounds) decides
+        (1.0, 5, ExitCode.OK),  # a quiet A/A: the upper bound under 5% at the first look, a pass
+        (1.0, 120, ExitCode.INCONCLUSIVE),  # a noisy A/A: futile at the first look, no more rounds run
+        (1.0, 25, ExitCode.OK),  # 2.5% noise: not yet at 4 rounds, not futile, a pass at a later look
     ],
 )
-def test_ab_sequential_loop_stops_at_the_first_deciding_look(
-    tmp_path, monkeypatch, rng, slowdown, noise, stops_after, code
+def test_ab_sequential_loop_stops_at_the_first_deciding_or_futile_look(
+    tmp_path, monkeypatch, rng, slowdown, noise, code
 ):
     """bench ab --rounds 4 --max-rounds 10 on the tiny profile (2 points, 4 gated tests), its rounds replaced by
-    synthetic server starts. The first look comes after round 6 (before, no exact test reaches the alpha spent)."""
-    import json
-
+    synthetic server starts."""
     from bench import ab
 
     made = []
 
     def fake_round(r, total, a, b, out, profile, repeat, ray):
         made.append(r)
-        for side, factor in (("baseline", 1.0), ("candidate", slowdown)):
+        for side_name, factor in (("baseline", 1.0), ("candidate", slowdown)):
             for pid in ("p1", "p2"):
                 write_start(
-                    out / side / f"round-{r}", [rng.normal(1000, noise) * factor], 10.0 / factor, rng, point_id=pid
+                    out / side_name / f"round-{r}", [rng.normal(1000, noise) * factor], 10.0 / factor, rng, point_id=pid
                 )
 
     monkeypatch.setattr(ab, "_round", fake_round)
     env = ab.Env("python", None)
     got = ab.run_ab("tiny", env, env, rounds=4, out=tmp_path / "ab", max_rounds=10, expected_noise=0.05)
     looks = json.loads((tmp_path / "ab" / "looks.json").read_text())
-    assert len(made) == stops_after and looks[-1]["rounds"] == stops_after
-    assert all(k["level"] > 0 for k in looks) and sum(k["level"] for k in looks) <= 0.05
-    assert got == code and looks[-1]["exit"] == code and looks[0]["rounds"] == 6
-    assert "## Sequential looks" in (tmp_path / "ab" / "compare.md").read_text()
+    assert got == code and looks[-1]["exit"] == code and looks[0]["rounds"] == 4
+    assert len(made) == looks[-1]["rounds"] and sum(k["level"] for k in looks) <= 0.05
+    if noise == 25:
+        assert 4 < len(made) <= 10 and not any(k["futile"] for k in looks)
+    else:
+        assert len(made) == 4
+    assert looks[-1]["futile"] == (noise == 120)
+    text = (tmp_path / "ab" / "compare.md").read_text()
+    assert "## Sequential looks" in text and (noise != 120 or "futility stop" in text)
+    design = json.loads((tmp_path / "ab" / "design.json").read_text())
+    assert design["looks"] == {str(n): pytest.approx(v) for n, v in sequential_levels(4, 10, 0.05).items()}
 
 
-def test_the_sequential_design_states_the_effect_its_last_look_detects():
-    """Its levels are alpha in pieces: the detectable effect `ab --max-rounds` prints is the one its last look
-    reaches 80% of the time on its own, larger than the fixed design's at full alpha (which the sequential
-    procedure reached only 74% of the time in reports/examples/verdict-simulation)."""
-    import re
+# --- the locked design -----------------------------------------------------------------------------------------
 
-    from bench.ab import sequential_design, sequential_levels
-    from bench.stats import min_detectable_effect, per_test_alpha
 
-    levels = sequential_levels(7, 10, 0.05, 40, "holm", False)
-    text = sequential_design(levels, 0.063, 0.05, 40, "holm", False)
-    shown = float(re.search(r"detects changes of ([\d.]+)%", text).group(1)) / 100
-    at_last = min_detectable_effect(0.063, 0.063, 10, 10, 1.0, per_test_alpha(levels[10], 40, "holm"))
-    at_alpha = min_detectable_effect(0.063, 0.063, 10, 10, 1.0, per_test_alpha(0.05, 40, "holm"))
-    assert shown == pytest.approx(at_last, abs=0.0005) and at_last > at_alpha
-    assert text.startswith("sequential: looks after rounds 8 (0.028), 9 (0.01), 10 (0.011)")
+def test_a_resumed_ab_keeps_its_locked_design(tmp_path, monkeypatch, rng):
+    """design.json is written before the first round; --resume with another design exits 1 naming each changed key
+    and both values (nothing more runs), with the same design it continues, and without --rounds it takes the
+    locked rounds."""
+    from bench import ab
+    from bench.cli import main
+
+    made = []
+
+    def fake_round(r, total, a, b, out, profile, repeat, ray):
+        made.append(r)
+        for side_name in ("baseline", "candidate"):
+            if not (out / side_name / f"round-{r}").exists():  # a finished sweep resumes as a no-op
+                write_start(out / side_name / f"round-{r}", [rng.normal(1000, 30)], 10.0, rng)
+
+    monkeypatch.setattr(ab, "_round", fake_round)
+    env = ab.Env("python", None)
+    out = tmp_path / "ab"
+    ab.run_ab("tiny", env, env, rounds=4, out=out, expected_noise=0.05)
+    design = json.loads((out / "design.json").read_text())
+    assert design["rounds"] == 4 and design["paired"] is True and design["max_effect"] == 0.05
+    assert design["gated"] == ["output_throughput", "tpot_ms"] and design["profile"].startswith("tiny (")
+    made.clear()
+    with pytest.raises(BenchError) as exc:
+        ab.run_ab("tiny", env, env, rounds=6, out=out, expected_noise=0.05, max_effect=0.1, resume=True)
+    assert "rounds: locked 4, given 6" in str(exc.value) and "max_effect: locked 0.05, given 0.1" in str(exc.value)
+    assert "alpha" not in str(exc.value) and not made
+    with pytest.raises(BenchError, match=r"max_rounds: locked null, given 8; looks: locked \{\}, given"):
+        ab.run_ab("tiny", env, env, rounds=4, out=out, expected_noise=0.05, max_rounds=8, resume=True)
+    with pytest.raises(BenchError, match="paired: locked true, given false"):
+        ab.run_ab("tiny", env, env, rounds=4, out=out, expected_noise=0.05, paired=False, resume=True)
+    args = ["ab", "tiny", "--baseline", "python", "--candidate", "python", "--out", str(out), "--resume"]
+    monkeypatch.setattr(ab, "parse_env", lambda spec, extra=None: env)
+    assert main([*args, "--alpha", "0.1"]) == ExitCode.USER_ERROR
+    assert ab.run_ab("tiny", env, env, rounds=4, out=out, expected_noise=0.05, resume=True) in (0, 6)
+    assert ab.run_ab("tiny", env, env, rounds=None, out=out, expected_noise=0.05, resume=True) in (0, 6)
+    assert made == [0, 1, 2, 3, 0, 1, 2, 3], "an unchanged resume runs (each finished round resumes as a no-op)"
+
+
+# --- planning and calibration ----------------------------------------------------------------------------------
+
+
+def test_planned_rounds_by_hand_and_their_power():
+    """plan_rounds: the fewest n with (t_{0.95,n-1} + t_{0.8,n-1}) x sd / sqrt(n) <= log(1.05); at that n an A/A's
+    upper bound falls under 5% in about 80% of draws (the real compare_servers, 600 draws)."""
+    sd = 0.03
+    n = plan_rounds(sd, 0.05, 0.05, higher_better=False)
+    assert n is not None
+    ok = [(sps.t.ppf(0.95, m - 1) + sps.t.ppf(0.8, m - 1)) * sd / math.sqrt(m) <= math.log(1.05) for m in (n - 1, n)]
+    assert ok == [False, True] and n == 5
+    assert plan_rounds(0.7, 0.05, 0.05) is None, "beyond 1000 rounds: none"
+    rng = np.random.default_rng(11)
+    passes = 0
+    for _ in range(600):
+        d = rng.normal(0, sd, n)
+        base, cand = rounds_with(d)
+        passes += compare_servers(base, cand, False, min_effect=0.02, alpha=0.05).verdict == "no regression"
+    assert 0.74 <= passes / 600 <= 0.86
+    need, text = plan_design(4, 0.05, sd, 0.05)
+    assert need == 5 and "4 will most likely end inconclusive" in text
+
+
+def test_the_planning_noise_is_an_upper_bound_of_the_sd():
+    """80% one-sided chi-square bound: sd x sqrt(df / chi2_{0.2}(df)); it shrinks toward sd as df grows."""
+    assert sd_upper_bound(0.02, 4) == pytest.approx(0.02 * math.sqrt(4 / sps.chi2.ppf(0.2, 4)))
+    assert sd_upper_bound(0.02, 4) > sd_upper_bound(0.02, 40) > 0.02
+
+
+def test_ab_without_rounds_runs_the_rounds_the_noise_plans(tmp_path, monkeypatch, rng):
+    from bench import ab
+    from bench.stats import paired_sd_from_cv
+
+    made = []
+
+    def fake_round(r, total, a, b, out, profile, repeat, ray):
+        made.append(r)
+        for side_name in ("baseline", "candidate"):
+            for pid in ("p1", "p2"):
+                write_start(out / side_name / f"round-{r}", [rng.normal(1000, 10)], 10.0, rng, point_id=pid)
+
+    monkeypatch.setattr(ab, "_round", fake_round)
+    env = ab.Env("python", None)
+    ab.run_ab("tiny", env, env, rounds=None, out=tmp_path / "ab", expected_noise=0.02)
+    planned = plan_rounds(paired_sd_from_cv(0.02), 0.05, 0.05, higher_better=False)
+    assert len(made) == planned and json.loads((tmp_path / "ab" / "design.json").read_text())["rounds"] == planned
+    with pytest.raises(BenchError, match="at least 3 rounds"):
+        ab.run_ab("tiny", env, env, rounds=2, out=tmp_path / "ab2", expected_noise=0.02)
 
 
 def test_ab_resume_continues_a_cut_run_and_reruns_only_what_is_missing(tmp_path, monkeypatch, rng):
@@ -367,21 +572,23 @@ def test_ab_keeps_a_profiles_own_prompt_salt(tmp_path, monkeypatch, rng):
     ab.run_ab(str(profile), env, env, rounds=5, out=tmp_path / "ab", expected_noise=0.05)
     assert salts == {f"{s}-round-{r}": f"pinned-r{r}" for s in ("baseline", "candidate") for r in range(5)}
     profile.write_text(profile.read_text().replace('"pinned"', '"other"'))
-    with pytest.raises(BenchError, match="pins 'other'"):
+    with pytest.raises(BenchError, match="profile: locked"):  # another profile: the locked design refuses it first
         ab.run_ab(str(profile), env, env, rounds=5, out=tmp_path / "ab", expected_noise=0.05, resume=True)
+    with pytest.raises(BenchError, match="pins 'other'"):
+        ab.ab_salt(tmp_path / "ab", "other")
 
 
-def test_ab_calibrate_stores_the_between_start_noise_and_never_fails_an_a_a(tmp_path, monkeypatch, rng):
-    """`ab --calibrate` (an A/A): after its rounds, the between-start CV of each gated metric goes to calibration.json
-    and the machine's store, which later plans read; the exit is 0 unless the A/A itself says "slower"."""
-    import json
-
+def test_ab_calibrate_stores_an_upper_bound_and_the_rounds_it_plans(tmp_path, monkeypatch, rng):
+    """`ab --calibrate` (an A/A): after its rounds, per gated metric the sd of the rounds' log ratios and its 80%
+    upper bound go to calibration.json and the machine's store, with the rounds that bound plans; a later plan of
+    that profile on this machine uses the bound. The exit is 0 unless the A/A itself says "slower"."""
     from bench import ab, calibration
+    from bench.stats import plan_rounds
 
     def fake_round(r, total, a, b, out, profile, repeat, ray):
-        for side in ("baseline", "candidate"):
+        for side_name in ("baseline", "candidate"):
             for pid in ("p1", "p2"):
-                write_start(out / side / f"round-{r}", [rng.normal(1000, 20)], 10.0, rng, point_id=pid)
+                write_start(out / side_name / f"round-{r}", [rng.normal(1000, 20)], 10.0, rng, point_id=pid)
 
     monkeypatch.setattr(ab, "_round", fake_round)
     monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
@@ -390,70 +597,9 @@ def test_ab_calibrate_stores_the_between_start_noise_and_never_fails_an_a_a(tmp_
     entry = json.loads((tmp_path / "ab" / "calibration.json").read_text())
     found = entry["metrics"][calibration.PLAN_METRIC]
     assert got in (ExitCode.OK, ExitCode.INCONCLUSIVE) and entry["starts_per_point"] == 10 and entry["points"] == 2
-    assert 0 < found["max_cv"] < 0.1  # 10 starts of N(1000, 20): a CV near 2%
+    assert 0 < found["max_cv"] < 0.1 and found["sd_log_ratio_df"] == 4  # 10 starts of N(1000, 20): a CV near 2%
+    assert found["sd_log_ratio_upper"] == pytest.approx(sd_upper_bound(found["sd_log_ratio"], 4))
+    worst = max(m["sd_log_ratio_upper"] for m in entry["metrics"].values())
+    assert entry["planned_rounds"] == plan_rounds(worst, 0.05, 0.05, higher_better=False) >= 3
     noise, why = calibration.planning_noise(entry["profile"], ab.detect_machine(), 0.063, tmp_path / "cache")
-    assert noise == pytest.approx(found["max_cv"]) and "this machine's calibration" in why
-
-
-def test_a_level_below_twenty_thousand_resamples_is_reachable():
-    """Beyond 20,000 arrangements the test samples them; its smallest p must still fall below the level it was
-    asked for (before: 2 / 20,001 = 1e-4, so a per-test level of 5e-5 could never be reached, yet the design was
-    accepted and a pass was possible). 10 starts a side and 15 paired rounds (at 1e-4), fully separated."""
-    from bench.stats import compare_paired, compare_servers
-
-    base = [[100.0 + i * 0.1] for i in range(10)]
-    cand = [[80.0 + i * 0.1] for i in range(10)]
-    found = compare_servers(base, cand, True, min_effect=0.02, alpha=5e-5)
-    assert found.p_value < 5e-5 and found.verdict == "slower"
-    base = [[100.0 + (i % 3)] for i in range(15)]
-    cand = [[90.0 + (i % 3) + 0.01 * i] for i in range(15)]
-    found = compare_paired(base, cand, True, min_effect=0.02, alpha=1e-4)
-    assert found.p_value < 1e-4 and found.verdict == "slower"  # exact: 2 / 2^15; sampled at 2^14: 1.2e-4
-
-
-def test_detectable_effect_is_the_permutation_tests_own():
-    """11 paired rounds at 0.00125: the sign-flip test rejects only when all 11 differences share a sign, so its
-    80%-power shift is Phi^-1(0.8^(1/11)) = 2.05 standard deviations of a round difference; a paired t
-    approximation says 1.56 and overstated the power (65% at its effect)."""
-    from scipy.stats import norm
-
-    from bench.stats import unit_detectable_effect
-
-    assert unit_detectable_effect(11, 11, 0.00125, paired=True) == pytest.approx(norm.ppf(0.8 ** (1 / 11)), rel=0.05)
-    assert unit_detectable_effect(10, 10, 0.00125, paired=True) is None  # 2 / 1024 cannot reach it
-
-
-def test_power_at_the_printed_detectable_effect_is_eighty_percent():
-    """The real tests, run at the effect they print: 7 starts a side unpaired and 11 paired rounds at the level of
-    40 Holm-gated tests reject in about 80% of 300 draws (the Wilson 95% interval of 80% at 300 is 75-84%)."""
-    from bench.stats import compare_paired, compare_servers, min_detectable_effect, paired_detectable_effect
-
-    level, rng = 0.05 / 40, np.random.default_rng(7)
-    effect = min_detectable_effect(0.05, 0.05, 7, 7, 1.0, level)
-    hits = 0
-    for _ in range(300):
-        b = rng.normal(1.0, 0.05, 7)
-        c = rng.normal(1.0 - effect, 0.05, 7)
-        found = compare_servers([[x] for x in b], [[x] for x in c], True, min_effect=0.0, alpha=level)
-        hits += found.verdict == "slower"
-    assert 0.72 <= hits / 300 <= 0.88
-    effect = paired_detectable_effect(0.05, 11, 1.0, level)
-    hits = 0
-    for _ in range(300):
-        d = rng.normal(-effect, 0.05, 11)
-        found = compare_paired([[1.0]] * 11, [[1.0 + x] for x in d], True, min_effect=0.0, alpha=level)
-        hits += found.verdict == "slower"
-    assert 0.72 <= hits / 300 <= 0.88
-
-
-def test_a_sequential_design_whose_last_look_is_unreachable_is_refused():
-    """Found in review: at --rounds 7 --max-rounds 8, paired, 2 tests, the look after round 8 cannot reach the
-    alpha left for it (0.0069 per test, the smallest paired p at 8 rounds is 0.0078): round 8 ran and was never
-    judged, its alpha unspent."""
-    from bench.ab import _looks, sequential_levels
-    from bench.errors import BenchError
-
-    assert sequential_levels(7, 8, 0.05, 2, "holm", True) == {7: pytest.approx(0.0361, abs=1e-4)}
-    with pytest.raises(BenchError, match="round 8 would run unjudged; use --max-rounds 7"):
-        _looks(7, 8, 0.05, 2, "holm", True)
-    assert max(_looks(5, 10, 0.05, 2, "holm", False)) == 10
+    assert noise == pytest.approx(worst) and "80% upper bound" in why
