@@ -400,6 +400,8 @@ def _round(r: int, total: int, a: Env, b: Env, out: Path, profile: str, repeat: 
                 "--quiet",
                 "--repeat",
                 str(repeat),
+                "--starts",  # a round is one server start a side: the rounds are the A/B's units
+                "1",
                 "--draft-keys",
                 env.draft_keys,
                 "--prompt-salt",

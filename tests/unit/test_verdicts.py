@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -603,3 +604,18 @@ def test_ab_calibrate_stores_an_upper_bound_and_the_rounds_it_plans(tmp_path, mo
     assert entry["planned_rounds"] == plan_rounds(worst, 0.05, 0.05, higher_better=False) >= 3
     noise, why = calibration.planning_noise(entry["profile"], ab.detect_machine(), 0.063, tmp_path / "cache")
     assert noise == pytest.approx(worst) and "80% upper bound" in why
+
+
+def test_a_round_runs_each_side_as_one_start_with_the_rounds_salt(tmp_path, monkeypatch):
+    """`ab` rounds are its units: each side's sweep is one server start (`--starts 1`, whatever the profile's
+    `[run] starts`), the two sides in A B / B A order, sent the round's salt."""
+    from bench import ab
+
+    calls = []
+    monkeypatch.setattr(ab, "_run", lambda env, args: calls.append(args) or ExitCode.OK)
+    env = ab.parse_env(sys.executable)
+    ab._round(1, 2, env, env, tmp_path, "tiny", 3, None)
+    assert [c[c.index("--out") + 1].split("/")[-2] for c in calls] == ["candidate", "baseline"]
+    for args in calls:
+        assert args[args.index("--starts") + 1] == "1" and args[args.index("--repeat") + 1] == "3"
+        assert args[args.index("--prompt-salt") + 1] == ab.round_salt(tmp_path, 1)
