@@ -95,7 +95,7 @@ def test_every_image_loads_and_the_tables_are_there(report, tmp_path):
     assert {im["data-plot"] for im in dom.imgs} == {
         "throughput",
         "latency",
-        "pareto",
+        "timeline",
         "acceptance",
         "heatmap",
         "roofline",
@@ -177,7 +177,7 @@ def test_the_decision_view_is_on_the_first_screen_without_horizontal_scrolling(t
     assert out.returncode == 0, out.stderr[-2000:]
     body = Dom(out.stdout).body
     assert body.get("data-best") == "FLASHMLA/fp8 draft k=3", body
-    assert body.get("data-precision") == "1.24x [1.20, 1.29] within one start", body
+    assert body.get("data-precision") == "1.26x [1.22, 1.31] within one start", body
     assert body.get("data-page-fits") == "1" and body.get("data-table-fits") == "1", body
     assert int(body.get("data-view-top") or 10**6) < height, body
     assert body.get("data-lead-on-screen") == "1", body
