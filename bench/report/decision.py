@@ -730,30 +730,27 @@ GOODPUT_NOTE = (
 )
 
 
-def starts_speedups(summary: dict) -> dict[str, Speedup]:
-    """Per point, its speedup over k = 0 paired by start (bench.report.starts.summarize_starts): the geometric mean
-    of the per-start ratios and its t interval, labelled between_starts(n); none below 2 starts."""
+def _over_starts(summary: dict, key: str, make) -> dict:
+    """Per point, `make(value, low, high, label)` of one figure over the starts of bench.report.starts'
+    summarize_starts (`key`: "output_throughput" or "speedup"): the geometric mean and its t interval labelled
+    between_starts(n); without an interval (fewer than 2 starts) `make(value)` alone, never one start's precision."""
     out = {}
     for p in summary.get("points", []):
-        sp = p.get("speedup") or {}
-        value, low, high, n = sp.get("estimate"), sp.get("low"), sp.get("high"), len(sp.get("values") or [])
+        o = p.get(key) or {}
+        n = len(o.get("values") or p.get("starts") or [])
+        value, low, high = o.get("estimate"), o.get("low"), o.get("high")
         if value is None or not value > 0:
             continue
         stated = low is not None and high is not None and n >= 2
-        out[p["point_id"]] = Speedup(value, low, high, between_starts(n)) if stated else Speedup(value)
+        out[p["point_id"]] = make(value, low, high, between_starts(n)) if stated else make(value)
     return out
+
+
+def starts_speedups(summary: dict) -> dict[str, Speedup]:
+    """Per point, its speedup over k = 0 paired by start (bench.report.starts.summarize_starts)."""
+    return _over_starts(summary, "speedup", Speedup)
 
 
 def starts_estimates(summary: dict) -> dict[str, Estimate]:
-    """Per point, the estimate over server starts of bench.report.starts.summarize_starts (a folder of `sweep
-    --starts N`): the geometric mean of the starts' tok/s and its t interval, labelled between_starts(n); a point
-    with no interval over its starts (fewer than 2) gets none (no precision), never its one start's."""
-    out = {}
-    for p in summary.get("points", []):
-        tp = p.get("output_throughput") or {}
-        value, low, high, n = tp.get("estimate"), tp.get("low"), tp.get("high"), len(p.get("starts") or [])
-        if value is None or not value > 0:
-            continue
-        stated = low is not None and high is not None and n >= 2
-        out[p["point_id"]] = Estimate(value, low, high, between_starts(n)) if stated else Estimate(value)
-    return out
+    """Per point, its tok/s over server starts (a folder of `sweep --starts N`)."""
+    return _over_starts(summary, "output_throughput", Estimate)
