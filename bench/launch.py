@@ -93,7 +93,14 @@ def measurement_line(run) -> str:
     )
     if run.target_precision:
         window += f", until +-{run.target_precision:.1%} (95%) on steady tok/s or {run.max_window_s:g} s"
-    text = f"warm-up {run.warmup_waves} wave(s) at the point's shape; {window}; steady span headline"
+    blocks = (
+        f"{run.repeat} blocks of it, each restarted at its own random phase"
+        if run.repeat > 1
+        else "one block (no phase sampled)"
+    )
+    text = f"warm-up {run.warmup_waves} wave(s) at the point's shape; {window}; {blocks}; headline over whole cycles"
+    if run.starts > 1:
+        text += f"; on {run.starts} server starts (OUT/start-k, starts.md)"
     text += f"; contaminated windows re-measured up to {run.remeasure}x"
     text += "; prompts shared by points of one input length (prompt_reuse)" if run.prompt_reuse else "; fresh prompts"
     if run.prompt_ids != "uniform":

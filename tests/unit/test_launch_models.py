@@ -111,3 +111,11 @@ def plan_engine(tmp_path, target: str, draft: str):
     profile = tmp_path / "local.toml"
     profile.write_text(HUB_PROFILE.replace("org/absent-eagle3", draft).replace("org/absent", target))
     return plan_sweep(str(profile), platform="cpu", dry_run=True).groups[0][0]
+
+
+def test_the_dry_run_says_how_many_blocks_and_starts():
+    text = launch.measurement_line(plan_sweep("kimi-k2.6-rank-h200-starts", dry_run=True).profile.run)
+    assert "3 blocks of it, each restarted at its own random phase" in text
+    assert "on 3 server starts (OUT/start-k, starts.md)" in text
+    one = launch.measurement_line(plan_sweep("tiny-text", dry_run=True).profile.run)
+    assert "one block (no phase sampled)" in one and "server starts" not in one
