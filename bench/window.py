@@ -184,7 +184,11 @@ def cycle_edges(
     b = ceil(cycles / MAX_SUB_WINDOWS); the edges start at the first completion inside (start, end] and end at the
     last whole cycle (the last sub-window takes the cycles left over: it holds b to 2b - 1); what lies outside
     counts in neither the headline nor the precision. [] below `min_cycles` whole cycles."""
-    done = completions(ends, start, end)
+    return _edges(completions(ends, start, end), concurrency, min_cycles)
+
+
+def _edges(done: Sequence[float], concurrency: int, min_cycles: int) -> list[float]:
+    """cycle_edges over `done`, the sorted completions inside the span."""
     per = max(concurrency, 1)
     cycles = whole_cycles(done, per)
     if cycles < max(min_cycles, 1):
@@ -209,9 +213,11 @@ class Unit:
         return self.end - self.start
 
 
-def units_between(rows: Sequence[dict], span: Span, edges: Sequence[float]) -> list[Unit]:
-    """The units between successive `edges` (inside `span`)."""
-    gaps = step_gaps(rows, span)
+def units_between(
+    rows: Sequence[dict], span: Span, edges: Sequence[float], gaps: Sequence[tuple[float, float, int]] | None = None
+) -> list[Unit]:
+    """The units between successive `edges` (inside `span`); `gaps`: step_gaps(rows, span) when already known."""
+    gaps = step_gaps(rows, span) if gaps is None else gaps
     out = []
     for lo, hi in itertools.pairwise(edges):
         inside = [(g, n) for t, g, n in gaps if lo < t <= hi]
@@ -255,17 +261,6 @@ def ratio_interval(num: Sequence[float], den: Sequence[float]) -> tuple[float | 
     return ratio, cv, t * cv / math.sqrt(n)
 
 
-def half_width(values: Sequence[float | None]) -> tuple[float | None, float | None]:
-    """(CV, relative half-width of the CONFIDENCE interval of the mean) of equal-weight values; None below
-    MIN_SUB_WINDOWS known values."""
-    v = np.asarray([x for x in values if x is not None], float)
-    if len(v) < MIN_SUB_WINDOWS or not v.mean():
-        return None, None
-    sd = float(np.std(v, ddof=1))
-    t = float(stats.t.ppf(0.5 + CONFIDENCE / 2, len(v) - 1))
-    return sd / abs(float(v.mean())), t * sd / math.sqrt(len(v)) / abs(float(v.mean()))
-
-
 @dataclass(frozen=True)
 class Block:
     """One closed-loop run's whole cycles (a block: a trial of the point): its sub-windows, and the block as one
@@ -276,13 +271,13 @@ class Block:
     whole: Unit | None
 
 
-def block_of(rows: Sequence[dict], span: Span, concurrency: int) -> Block:
-    """The whole cycles of one run's steady span (cycle_edges, from one whole cycle on)."""
-    ends = [r["end_time"] for r in rows if r.get("end_time") is not None]
-    edges = cycle_edges(ends, span.start, span.end, concurrency, min_cycles=1)
+def block_of(rows: Sequence[dict], span: Span, concurrency: int, gaps: Sequence[tuple[float, float, int]]) -> Block:
+    """The whole cycles of one run's steady span (cycle_edges, from one whole cycle on); `gaps`: its step_gaps."""
+    done = completions((r["end_time"] for r in rows if r.get("end_time") is not None), span.start, span.end)
+    edges = _edges(done, concurrency, min_cycles=1)
     if not edges:
         return Block(0, [], None)
-    subs = units_between(rows, span, edges)
+    subs = units_between(rows, span, edges, gaps)
     whole = Unit(
         edges[0],
         edges[-1],
@@ -290,7 +285,7 @@ def block_of(rows: Sequence[dict], span: Span, concurrency: int) -> Block:
         sum(u.gap_s for u in subs),
         sum(u.gap_tokens for u in subs),
     )
-    return Block(whole_cycles(completions(ends, span.start, span.end), concurrency), subs, whole)
+    return Block(whole_cycles(done, concurrency), subs, whole)
 
 
 def precision(blocks: Sequence[Block]) -> dict:
@@ -300,17 +295,13 @@ def precision(blocks: Sequence[Block]) -> dict:
     MIN_SUB_WINDOWS whole cycles in all states none. `within_block_cv`: the sub-windows' spread inside the blocks
     (pooled residuals about each block's own rate); `between_block_cv`: the blocks' rates about the headline."""
     full = [b for b in blocks if b.whole is not None]
-    cycles = sum(b.cycles for b in blocks)
     by_block = len(full) >= MIN_SUB_WINDOWS
     units = [b.whole for b in full if b.whole is not None] if by_block else [u for b in full for u in b.subs]
-    known = cycles >= MIN_SUB_WINDOWS
-    _, cv_tp, hw_tp = (
-        ratio_interval([u.tokens for u in units], [u.seconds for u in units]) if known else (0, None, None)
-    )
-    timed = [u for u in units if u.gap_tokens]
-    _, cv_tpot, hw_tpot = (
-        ratio_interval([u.gap_s for u in timed], [u.gap_tokens for u in timed]) if known else (0, None, None)
-    )
+    cv_tp = hw_tp = cv_tpot = hw_tpot = None
+    if sum(b.cycles for b in blocks) >= MIN_SUB_WINDOWS:
+        _, cv_tp, hw_tp = ratio_interval([u.tokens for u in units], [u.seconds for u in units])
+        timed = [u for u in units if u.gap_tokens]
+        _, cv_tpot, hw_tpot = ratio_interval([u.gap_s for u in timed], [u.gap_tokens for u in timed])
     return {
         "unit": "block" if by_block else "sub-window",
         "sub_windows": len(units),
@@ -320,11 +311,7 @@ def precision(blocks: Sequence[Block]) -> dict:
         "tpot_cv": cv_tpot,
         "tpot_halfwidth": hw_tpot,
         "within_block_cv": _within_block_cv(full),
-        "between_block_cv": (
-            ratio_interval([b.whole.tokens for b in full if b.whole], [b.whole.seconds for b in full if b.whole])[1]
-            if len(full) >= MIN_SUB_WINDOWS
-            else None
-        ),
+        "between_block_cv": cv_tp if by_block else None,  # the blocks are the units: their spread
     }
 
 
@@ -379,7 +366,7 @@ def steady(trials: Sequence[Sequence[dict]], concurrency: int) -> dict | None:
             for r in rows
             if r.get("chunk_times") and span.start <= r["send_time"] < span.end
         ]
-        blocks.append(block_of(rows, span, concurrency))
+        blocks.append(block_of(rows, span, concurrency, gaps))
     if not spans:
         return None
     length = sum(s.length for s in spans)

@@ -147,8 +147,8 @@ def test_a_periodic_loop_cut_at_whole_cycles_is_precise_where_fixed_durations_al
     rows = sorted(one + other, key=lambda r: r["send_time"])
     span = W.steady_span(rows, 2)
     cut = np.linspace(span.start, span.end, W.MAX_SUB_WINDOWS + 1)
-    fixed = [W.tokens_in(rows, lo, hi) / (hi - lo) for lo, hi in itertools.pairwise(cut)]
-    assert W.half_width(fixed)[1] > 0.01
+    fixed = [W.tokens_in(rows, lo, hi) for lo, hi in itertools.pairwise(cut)]
+    assert W.ratio_interval(fixed, list(np.diff(cut)))[2] > 0.01
     assert W.steady([rows], 2)["precision"]["output_throughput_halfwidth"] < 1e-3
 
 
@@ -157,11 +157,11 @@ def test_too_short_a_span_states_no_precision():
     assert steady["precision"]["output_throughput_halfwidth"] is None
 
 
-def test_half_width_matches_a_t_interval():
-    cv, hw = W.half_width([9.0, 10.0, 11.0])
+def test_equal_units_give_the_t_interval_of_their_mean():
+    _, cv, hw = W.ratio_interval([9.0, 10.0, 11.0], [1.0, 1.0, 1.0])
     assert cv == pytest.approx(0.1)
     assert hw == pytest.approx(4.302653 * 1.0 / 3**0.5 / 10.0, rel=1e-5)
-    assert W.half_width([1.0, None, 2.0]) == (None, None)
+    assert W.ratio_interval([1.0, 2.0], [1.0, 1.0])[1:] == (None, None)
 
 
 def test_summarize_puts_the_steady_figures_in_the_headline_and_keeps_the_whole_window():
