@@ -115,22 +115,16 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from bench.recompute import recompute
     from bench.report.build import build_report
+    from bench.report.starts import build_starts_report, start_dirs
     from bench.slo import parse_slo
 
     slo = parse_slo(args.slo) if args.slo else None  # checked before anything is recomputed or written
-    if args.recompute and (args.sweep_dir / "manifest.json").exists():
-        from bench.recompute import recompute
-
-        print(f"recomputed {len(recompute(args.sweep_dir))} point(s) from their raw records")
-    from bench.report.starts import build_starts_report, start_dirs
-
     starts = start_dirs(args.sweep_dir) if not (args.sweep_dir / "manifest.json").exists() else []
     for sweep_dir in starts or [args.sweep_dir]:  # a folder of starts (sweep --starts): each start, then starts.md
-        if args.recompute and starts:
-            from bench.recompute import recompute
-
-            print(f"{sweep_dir.name}: recomputed {len(recompute(sweep_dir))} point(s) from their raw records")
+        if args.recompute:
+            print(f"{sweep_dir}: recomputed {len(recompute(sweep_dir))} point(s) from their raw records")
         for name, path in build_report(sweep_dir, None if starts else args.out, slo).items():
             print(f"{name}: {path}")
     if starts:

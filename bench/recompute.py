@@ -73,10 +73,9 @@ def _reread_effective(root: Path, record: dict) -> None:
     # differences: keep those, and derive only the configuration's again (they were dropped before 2026-12-07)
     before = mismatches(record["config"]["engine"], old) if old else []
     flags = [m for m in record.get("mismatch") or [] if m not in before]
+    derived = mismatches(record["config"]["engine"], effective)
     record["effective"] = effective
-    record["mismatch"] = mismatches(record["config"]["engine"], effective) + [
-        m for m in flags if m not in mismatches(record["config"]["engine"], effective)
-    ]
+    record["mismatch"] = derived + [m for m in flags if m not in derived]
 
 
 def _reclassify(root: Path, record: dict) -> bool:

@@ -99,11 +99,6 @@ def compile_state(start_log: str) -> str | None:
     return "cache-loaded" if CACHE_LOADED.search(start_log) else None
 
 
-def last_start(text: str) -> str:
-    """The last start of a server log (a resumed sweep appends its starts to one log)."""
-    return _starts(text)[-1]
-
-
 _LOGGED_NUMBER = re.compile(r"\d[\d,]*\.\d+")
 
 
