@@ -122,29 +122,48 @@ def _log_se(halfwidth: float, dof: int | None) -> float:
     return math.log1p(halfwidth) / float(q)
 
 
-def starts_table(root: Path) -> tuple[pd.DataFrame, list[Path]]:
-    """Every start's points table, one frame with a `start` column (1-based, from the folder name)."""
+@dataclass
+class Starts:
+    """What a folder of starts holds: each start's points table with its speedups (`table`, a `start` column
+    1-based from the folder name), the folders, and the last start's plain points and server tables (the decision
+    view's), each read once."""
+
+    table: pd.DataFrame
+    dirs: list[Path]
+    last_points: pd.DataFrame | None = None
+    last_servers: pd.DataFrame | None = None
+
+
+def read_starts(root: Path) -> Starts:
+    """Every start's points and server tables, read once."""
     dirs = start_dirs(root)
+    out = Starts(pd.DataFrame(), dirs)
     frames = []
     for d in dirs:
-        points = enrich(points_table(d))
+        plain = points_table(d)
+        servers = server_table(d, SweepStore(d).records())
+        points = enrich(plain)
         sp = speedups(points) if "num_speculative_tokens" in points else pd.DataFrame()
         if len(sp):
             points = points.merge(sp, on="point_id", how="left")
-        servers = server_table(d, SweepStore(d).records())
         compiled = dict(zip(servers.engine_id, servers.torch_compile))
         points["torch_compile"] = [compiled.get(e) for e in points.engine_id]
         frames.append(points.assign(start=int(START_DIR.match(d.name).group(1))))  # type: ignore[union-attr]
-    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), dirs
+        out.last_points, out.last_servers = plain, servers
+    if frames:
+        out.table = pd.concat(frames, ignore_index=True)
+    return out
 
 
 def _units(record_units) -> int | None:
     return None if record_units is None or pd.isna(record_units) else int(record_units) - 1
 
 
-def summarize_starts(root: Path) -> dict:
-    """Per point over the starts in `root`: tok/s over starts, agreement, noise budget, paired speedup."""
-    table, dirs = starts_table(root)
+def summarize_starts(root: Path, read: Starts | None = None) -> dict:
+    """Per point over the starts in `root` (`read`: read_starts(root) when already read): tok/s over starts,
+    agreement, noise budget, paired speedup."""
+    read = read or read_starts(root)
+    table, dirs = read.table, read.dirs
     rows = []
     if len(table):
         ok = table[table.status == "ok"]
@@ -154,7 +173,7 @@ def summarize_starts(root: Path) -> dict:
             tp = over_starts(
                 [float(v) for v in g.output_throughput],
                 [None if bool(s) else h for s, h in zip(g.steady_short.fillna(False), g.throughput_halfwidth)],
-                [_units(u) for u in g.get("precision_units", pd.Series([None] * len(g)))],
+                [_units(u) for u in g.precision_units],
             )
             row = {
                 "point_id": pid,
@@ -164,9 +183,9 @@ def summarize_starts(root: Path) -> dict:
                 "starts": [int(s) for s in g.start],
                 "output_throughput": asdict(tp),
                 "short_starts": [int(s) for s, short in zip(g.start, g.steady_short.fillna(False)) if short],
-                "within_block_cv": _median(g.get("within_block_cv")),
-                "between_block_cv": _median(g.get("between_block_cv")),
-                "torch_compile": [c for c in g.get("torch_compile", pd.Series([None] * len(g)))],
+                "within_block_cv": _median(g.within_block_cv),
+                "between_block_cv": _median(g.between_block_cv),
+                "torch_compile": list(g.torch_compile),
             }
             if first.num_speculative_tokens and "speedup_output" in g and g.speedup_output.notna().any():
                 row["speedup"] = asdict(over_starts([float(v) for v in g.speedup_output.dropna()]))
@@ -175,9 +194,7 @@ def summarize_starts(root: Path) -> dict:
     return {"starts": [d.name for d in dirs], "confidence": CONFIDENCE, "agree_p": AGREE_P, "points": rows}
 
 
-def _median(col) -> float | None:
-    if col is None:
-        return None
+def _median(col: pd.Series) -> float | None:
     v = pd.to_numeric(col, errors="coerce").dropna()
     return float(v.median()) if len(v) else None
 
@@ -197,24 +214,21 @@ _COMPILE_MARK = {"compiled": " c", "cache-loaded": " l"}  # how torch.compile ra
 
 
 def _p(p: float) -> str:
-    return "< 0.001" if p < 0.001 else f"{fmt(p, '.3f')}" if p < 0.01 else f"{fmt(p, '.2f')}"
+    return "< 0.001" if p < 0.001 else fmt(p, ".3f") if p < 0.01 else fmt(p, ".2f")
 
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{fmt(x, '.1%')}"
 
 
-def starts_view(root: Path, summary: dict) -> decision.DecisionView | None:
+def starts_view(read: Starts, summary: dict) -> decision.DecisionView | None:
     """The decision view over the starts: the last start's points table with every point's estimate over starts and
     its speedup paired by start (bench.report.decision)."""
-    dirs = start_dirs(root)
-    if not dirs:
+    if read.last_points is None:
         return None
-    points = points_table(dirs[-1])
-    servers = server_table(dirs[-1], SweepStore(dirs[-1]).records())
     return decision.build_view(
-        points,
-        servers,
+        read.last_points,
+        read.last_servers,
         estimates=decision.starts_estimates(summary),
         paired=decision.starts_speedups(summary),
     )
@@ -325,10 +339,11 @@ def build_starts_report(root: Path) -> dict[str, Path]:
     """starts.json, starts.md and starts.png in `root` (a folder of start-k sweeps)."""
     from bench.files import atomic_write_bytes
 
-    summary = summarize_starts(root)
+    read = read_starts(root)
+    summary = summarize_starts(root, read)
     paths = {"starts_json": root / "starts.json", "starts_md": root / "starts.md"}
     atomic_write_bytes(paths["starts_json"], (json.dumps(summary, indent=1, default=_json) + "\n").encode())
-    atomic_write_bytes(paths["starts_md"], starts_markdown(summary, starts_view(root, summary)).encode())
+    atomic_write_bytes(paths["starts_md"], starts_markdown(summary, starts_view(read, summary)).encode())
     if (png := starts_figure(summary, root / "starts.png")) is not None:
         paths["starts_png"] = png
     return paths
