@@ -20,6 +20,7 @@ from bench.sides import AbSide, write_ab_side
 from bench.stats import (
     CPU_AA_BETWEEN_CV,
     MIN_STARTS,
+    POWER,
     log_threshold,
     paired_sd_from_cv,
     per_test_alpha,
@@ -343,7 +344,7 @@ def _store_calibration(out: Path, profile_name: str, alpha: float, max_effect: f
     )
 
 
-POWER_TEXT = "80% of the time, at that bound"
+POWER_TEXT = f"{POWER:.0%} of the time for one gated test, at that bound"
 
 
 def ab_salt(out: Path, pinned: str | None = None) -> str:

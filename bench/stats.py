@@ -300,7 +300,7 @@ def plan_design(
     text = f"{rounds} {unit}; one-sided t bounds at level {at:.3g} on log ratios; at {noise}, "
     if need is None:
         return None, text + f"no number of rounds up to {MAX_PLANNED} lets an A/A pass --max-effect {max_effect:.0%}"
-    text += f"{need} let an A/A pass --max-effect {max_effect:.0%} with {POWER:.0%} probability"
+    text += f"{need} let an A/A pass --max-effect {max_effect:.0%} with {POWER:.0%} probability for one gated test"
     if rounds < need:
         text += f": {rounds} will most likely end inconclusive"
     return need, text
