@@ -233,13 +233,12 @@ def _looks(rounds: int, max_rounds: int | None, alpha: float) -> dict[int, float
 def futile(result: dict, max_rounds: int, level: float) -> bool:
     """The futility rule of `ab --max-rounds`: stop, inconclusive, when at `max_rounds` rounds, with each gated
     test's estimate as observed now, its spread at the 95% lower confidence bound of the observed one (optimistic:
-    the sd of 3-5 rounds is itself noisy; projecting the observed sd, an A/A at 3% CV with looks from 3 to 14
-    rounds passed 44% of 300 times, 87% with no futility stop and 77% with this one; docs/verdicts.md) and the
-    last look's level (`level`), some
-    gated test's upper bound would still be at or above --max-effect (no pass) while no gated test's lower bound
-    would be above 0 with a slowdown of at least --min-effect (no regression either). Only an inconclusive look
-    can stop so; stopping never makes a pass or a regression, so neither error rate grows (a regression the
-    remaining rounds might have shown is lost: the rule waits while one is in sight)."""
+    the sd of 3-5 rounds is itself noisy, and projecting the observed sd itself would stop A/As that later rounds
+    would have passed; docs/verdicts.md) and the last look's level (`level`), some gated test's upper bound would
+    still be at or above --max-effect (no pass) while no gated test's lower bound would be above 0 with a slowdown
+    of at least --min-effect (no regression either). Only an inconclusive look can stop so; stopping never makes
+    a pass or a regression, so neither error rate grows (a regression the remaining rounds might have shown is
+    lost: the rule waits while one is in sight)."""
     from bench.compare import GATED, METRICS
 
     t = result["table"]
