@@ -18,7 +18,6 @@ takes the largest upper bound over the gated metrics: the noisiest point sets th
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,7 @@ from bench.hardware import Machine
 from bench.ids import stable_id
 from bench.profile import Profile
 from bench.progress import now
-from bench.stats import paired_sd_from_cv, sd_upper_bound
+from bench.stats import compare_servers, paired_sd_from_cv, sd_upper_bound
 
 FILE = "calibration.json"
 PLAN_METRIC = "output_throughput"
@@ -61,8 +60,9 @@ def measure(
 ) -> dict:
     """From an A/A's server starts ({point id: starts of both sides, each metric -> trial values}) and, where known,
     its rounds ({point id: (baseline starts, candidate starts) paired by round}): per gated metric, the median and
-    largest between-start CV over points, the largest sd of a round's log ratio and of one start's log value with
-    their 80% upper bounds (`sd_upper_bound`), and what it rests on."""
+    largest between-start CV over points, the largest sd of a round's log ratio (the paired gate's own, from
+    `compare_servers`: at least MIN_STARTS rounds) and of one start's log value with their 80% upper bounds
+    (`sd_upper_bound`), and what it rests on."""
     out: dict = {"metrics": {}, "points": len(sides)}
     starts = []
     for metric in gated:
@@ -75,13 +75,17 @@ def measure(
             if len(means) >= 2 and min(means) > 0:
                 logs.append((float(np.std(np.log(means), ddof=1)), len(means) - 1))
             b, c = (rounds or {}).get(pid, ([], []))
-            d = [
-                math.log(np.mean(y[metric]) / np.mean(x[metric]))
-                for x, y in zip(b, c)
-                if x.get(metric) and y.get(metric) and np.mean(x[metric]) > 0 and np.mean(y[metric]) > 0
-            ]
-            if len(d) >= 2:
-                ratios.append((float(np.std(d, ddof=1)), len(d) - 1))
+            if b and c:  # what the paired gate's bound rests on, computed by the gate itself
+                paired = compare_servers(
+                    [x.get(metric) or [] for x in b],
+                    [y.get(metric) or [] for y in c],
+                    higher_better=True,
+                    min_effect=0.0,
+                    alpha=0.05,
+                    paired=True,
+                )
+                if paired.sd_log is not None and paired.df:
+                    ratios.append((paired.sd_log, int(paired.df)))
         if not cvs:
             continue
         found = {"median_cv": float(np.median(cvs)), "max_cv": float(max(cvs)), "points": len(cvs)}

@@ -19,18 +19,21 @@ def starts(values, metric="output_throughput"):
 
 
 def test_measure_by_hand():
-    sides = {"p1": starts([100, 110, 90, 100]), "p2": starts([200, 200, 200, 200])}
-    rounds = {"p1": (starts([100, 110]), starts([90, 100])), "p2": (starts([200, 200]), starts([200, 200]))}
+    # three rounds (the gate's MIN_STARTS: the paired sd comes from bench.stats.compare_servers, as the gate's does)
+    sides = {"p1": starts([100, 110, 95, 90, 100, 105]), "p2": starts([200] * 6)}
+    rounds = {"p1": (starts([100, 110, 95]), starts([90, 100, 105])), "p2": (starts([200] * 3), starts([200] * 3))}
     entry = C.measure(sides, ("output_throughput", "tpot_ms"), rounds)
-    cv1 = float(np.std([100, 110, 90, 100], ddof=1) / 100)
+    cv1 = float(np.std([100, 110, 95, 90, 100, 105], ddof=1) / 100)
     thr = entry["metrics"]["output_throughput"]
     assert thr["max_cv"] == pytest.approx(cv1) and thr["median_cv"] == pytest.approx(cv1 / 2) and thr["points"] == 2
-    assert entry["metrics"]["tpot_ms"]["max_cv"] == 0.0 and entry["starts_per_point"] == 4 and entry["points"] == 2
-    d = np.log([90 / 100, 100 / 110])  # p1's two rounds' log ratios; p2's are 0
-    assert thr["sd_log_ratio"] == pytest.approx(np.std(d, ddof=1)) and thr["sd_log_ratio_df"] == 1
-    chi2 = 0.06418475  # scipy.stats.chi2.ppf(0.2, 1)
-    assert thr["sd_log_ratio_upper"] == pytest.approx(np.std(d, ddof=1) / np.sqrt(chi2), rel=1e-5)
-    assert thr["sd_log"] == pytest.approx(np.std(np.log([100, 110, 90, 100]), ddof=1)) and thr["sd_log_df"] == 3
+    assert entry["metrics"]["tpot_ms"]["max_cv"] == 0.0 and entry["starts_per_point"] == 6 and entry["points"] == 2
+    d = np.log([90 / 100, 100 / 110, 105 / 95])  # p1's three rounds' log ratios; p2's are 0
+    assert thr["sd_log_ratio"] == pytest.approx(np.std(d, ddof=1)) and thr["sd_log_ratio_df"] == 2
+    chi2 = 0.44628710  # chi2.ppf(0.2, 2) = -2 ln 0.8 (2 df: cdf 1 - exp(-x / 2)); the bound is sd sqrt(df / chi2)
+    assert thr["sd_log_ratio_upper"] == pytest.approx(np.std(d, ddof=1) * np.sqrt(2 / chi2), rel=1e-5)
+    assert (
+        thr["sd_log"] == pytest.approx(np.std(np.log([100, 110, 95, 90, 100, 105]), ddof=1)) and thr["sd_log_df"] == 5
+    )
     assert C.measure({"p": starts([100])}, ("output_throughput",))["metrics"] == {}  # one start: no CV
 
 
