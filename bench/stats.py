@@ -196,11 +196,15 @@ def settle(c: Comparison, higher_better: bool, max_effect: float, min_effect: fl
     s, sd = c.log_estimate, c.sd_log
     ways = []
     thr = log_threshold(max_effect, higher_better)
+    upper_level, lower_level = c.upper_level, c.lower_level
+
+    def bounds(m: int) -> tuple[float, float]:
+        return projected_bounds(s, sd, c.paired, m, upper_level, lower_level)
+
     if s < thr:
-        ways.append(_rounds_until(lambda m: s + t_quantile(c.upper_level, m - 1) * _unit_se(sd, m, c.paired) < thr, n))
+        ways.append(_rounds_until(lambda m: bounds(m)[1] < thr, n))
     if c.slowdown is not None and c.slowdown >= min_effect and s > 0:
-        level = c.lower_level
-        ways.append(_rounds_until(lambda m: s - t_quantile(level, m - 1) * _unit_se(sd, m, c.paired) > 0, n))
+        ways.append(_rounds_until(lambda m: bounds(m)[0] > 0, n))
     found = [w for w in ways if w is not None]
     return min(found) - n if found else None
 
@@ -336,6 +340,6 @@ def projected_bounds(
     log_estimate: float, sd_log: float, paired: bool, n: int, level: float, lower_level: float
 ) -> tuple[float, float]:
     """The log-scale (lower, upper) bounds a test would have at n rounds (starts a side) if its estimate and
-    spread stayed as observed: the futility rule of `ab --max-rounds` (bench.ab.futile)."""
+    spread stayed as observed: `settle` and the futility rule of `ab --max-rounds` (bench.ab.futile)."""
     se = _unit_se(sd_log, n, paired)
     return log_estimate - t_quantile(lower_level, n - 1) * se, log_estimate + t_quantile(level, n - 1) * se
