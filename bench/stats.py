@@ -32,7 +32,7 @@ POWER = 0.8  # the planned probability that an A/A passes (plan_rounds)
 MIN_STARTS = 3  # per side (unpaired) or rounds (paired): fewer give "insufficient data" (a t bound on 1 df is wild)
 PLAN_CONFIDENCE = 0.8  # the one-sided confidence of the noise's upper bound that plans rounds (sd_upper_bound)
 FUTILITY_CONFIDENCE = 0.95  # the one-sided confidence of the sd's lower bound the futility rule projects with
-MAX_PLANNED = 1000  # plan_rounds / rounds_to_settle look no further
+MAX_PLANNED = 1000  # plan_rounds / settle look no further
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,6 @@ class Comparison:
     paired: bool = True
     between_cv: float | None = None  # baseline: CV of the server-start means
     within_cv: float | None = None  # baseline: median CV of the trials inside one server start
-    needed: int = MIN_STARTS  # starts per side / rounds the test needs at all
     settle_rounds: int | None = None  # more rounds per side that should settle an inconclusive test (`settle`)
     verdict: str = "insufficient data"
 
