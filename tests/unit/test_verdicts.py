@@ -375,7 +375,18 @@ def test_ab_sequential_loop_stops_at_the_first_deciding_or_futile_look(
     text = (tmp_path / "ab" / "compare.md").read_text()
     assert "## Sequential looks" in text and (noise != 120 or "futility stop" in text)
     design = json.loads((tmp_path / "ab" / "design.json").read_text())
-    assert design["looks"] == {str(n): pytest.approx(v) for n, v in sequential_levels(4, 10, 0.05).items()}
+    # O'Brien-Fleming levels by hand: spent(t) = 2 sf(z_{0.975} / sqrt(t)) at t = n / 10, each look the difference
+    # (computed once with scipy.stats.norm.sf / isf, not with bench.stats)
+    spent_by_hand = {
+        4: 0.00194191,
+        5: 0.00363268,
+        6: 0.00582182,
+        7: 0.00775322,
+        8: 0.00927999,
+        9: 0.0104004,
+        10: 0.01117,
+    }
+    assert design["looks"] == {str(n): pytest.approx(v, rel=1e-5) for n, v in spent_by_hand.items()}
 
 
 # --- the locked design -----------------------------------------------------------------------------------------
@@ -445,7 +456,8 @@ def test_planned_rounds_by_hand_and_their_power():
 
 def test_the_planning_noise_is_an_upper_bound_of_the_sd():
     """80% one-sided chi-square bound: sd x sqrt(df / chi2_{0.2}(df)); it shrinks toward sd as df grows."""
-    assert sd_upper_bound(0.02, 4) == pytest.approx(0.02 * math.sqrt(4 / sps.chi2.ppf(0.2, 4)))
+    # chi2_{0.2}(4) = 1.64877662: the root of 1 - exp(-x / 2) (1 + x / 2) = 0.2 (4 df), by bisection; 0.02 x sqrt(4 / it)
+    assert sd_upper_bound(0.02, 4) == pytest.approx(0.03115151, rel=1e-6)
     assert sd_upper_bound(0.02, 4) > sd_upper_bound(0.02, 40) > 0.02
 
 
@@ -584,7 +596,6 @@ def test_ab_calibrate_stores_an_upper_bound_and_the_rounds_it_plans(tmp_path, mo
     upper bound go to calibration.json and the machine's store, with the rounds that bound plans; a later plan of
     that profile on this machine uses the bound. The exit is 0 unless the A/A itself says "slower"."""
     from bench import ab, calibration
-    from bench.stats import plan_rounds
 
     def fake_round(r, total, a, b, out, profile, repeat, ray):
         for side_name in ("baseline", "candidate"):
@@ -599,9 +610,16 @@ def test_ab_calibrate_stores_an_upper_bound_and_the_rounds_it_plans(tmp_path, mo
     found = entry["metrics"][calibration.PLAN_METRIC]
     assert got in (ExitCode.OK, ExitCode.INCONCLUSIVE) and entry["starts_per_point"] == 10 and entry["points"] == 2
     assert 0 < found["max_cv"] < 0.1 and found["sd_log_ratio_df"] == 4  # 10 starts of N(1000, 20): a CV near 2%
-    assert found["sd_log_ratio_upper"] == pytest.approx(sd_upper_bound(found["sd_log_ratio"], 4))
+    # sqrt(4 / chi2_{0.2}(4)) = sqrt(4 / 1.64877662) = 1.55757542 (see test_the_planning_noise_is_an_upper_bound...)
+    assert found["sd_log_ratio_upper"] == pytest.approx(found["sd_log_ratio"] * 1.55757542, rel=1e-6)
     worst = max(m["sd_log_ratio_upper"] for m in entry["metrics"].values())
-    assert entry["planned_rounds"] == plan_rounds(worst, 0.05, 0.05, higher_better=False) >= 3
+    # the fewest n with (t_{0.95, n-1} + t_{0.8, n-1}) x worst / sqrt(n) <= log 1.05 = 0.04879016 (a latency's
+    # threshold); t quantiles by df, computed once with scipy.stats.t.ppf
+    t95 = {2: 2.919986, 3: 2.353363, 4: 2.131847, 5: 2.015048, 6: 1.94318, 7: 1.894579, 8: 1.859548, 9: 1.833113}
+    t80 = {2: 1.06066, 3: 0.978472, 4: 0.940965, 5: 0.919544, 6: 0.905703, 7: 0.89603, 8: 0.88889, 9: 0.883404}
+    n = entry["planned_rounds"]
+    assert n >= 3 and n - 1 in t95 and (t95[n - 1] + t80[n - 1]) * worst / math.sqrt(n) <= 0.04879016
+    assert n == 3 or (t95[n - 2] + t80[n - 2]) * worst / math.sqrt(n - 1) > 0.04879016
     noise, why = calibration.planning_noise(entry["profile"], ab.detect_machine(), 0.063, tmp_path / "cache")
     assert noise == pytest.approx(worst) and "80% upper bound" in why
 
