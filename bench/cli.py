@@ -43,8 +43,7 @@ def cmd_patch(args: argparse.Namespace) -> int:
         return 0
     print(patching.format_status(report))
     if args.action == "verify":
-        patching.check_verified(report)
-        skipped = [f["fix"] for f in report["fixes"] if f["state"] == "not applicable"]
+        skipped = patching.check_verified(report)
         print(
             "verified: every fix is in the code" + (f" (not applicable here: {', '.join(skipped)})" if skipped else "")
         )

@@ -109,9 +109,9 @@ def format_status(report: dict) -> str:
     return "\n".join(lines)
 
 
-def check_verified(report: dict) -> None:
+def check_verified(report: dict) -> list[str]:
     """Raise BenchError unless every fix of a patch_report is applied or upstream AND its code probe finds it, or
-    is not applicable to the installed line (series.toml says why)."""
+    is not applicable to the installed line (series.toml says why); return the ids of the not-applicable fixes."""
     bad = [
         f["fix"]
         for f in report["fixes"]
@@ -119,6 +119,7 @@ def check_verified(report: dict) -> None:
     ]
     if bad:
         raise BenchError(f"not verified: {', '.join(bad)} missing in vLLM {report['vllm_version']}")
+    return [f["fix"] for f in report["fixes"] if f["state"] == NOT_APPLICABLE]
 
 
 def read_record(install: VllmInstall) -> list[dict]:

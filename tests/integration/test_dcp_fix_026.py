@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from bench.dcp_local import local_len
 from bench.patching import apply_series, locate_vllm
 from tests.conftest import HELPERS, copy_tree, vllm_env
 
@@ -19,13 +20,6 @@ CASES = [
     {"seq_lens": [5, 64, 17, 300], "cp_size": 4, "cp_interleave": 16, "num_reqs_padded": 4},
     {"seq_lens": [1, 63, 64, 65, 1000], "cp_size": 8, "cp_interleave": 8, "num_reqs_padded": 6},
 ]
-
-
-def local_len(length: int, size: int, rank: int, interleave: int) -> int:
-    """docs/facts.md: tokens of a sequence of `length` that DCP rank `rank` holds."""
-    return (length // (size * interleave)) * interleave + min(
-        max(length % (size * interleave) - rank * interleave, 0), interleave
-    )
 
 
 def run_probe(site, tmp_path):

