@@ -254,7 +254,7 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="A B rounds = server starts a side, the statistical unit (each side runs the whole profile once per "
         "round; at least 3). Default: the rounds planned from the noise (--expected-noise, else this machine's "
-        "--calibrate of the profile, else 6.3%%) for an A/A to pass --max-effect with 80%% probability; with "
+        "--calibrate of the profile, else 6.3%%) for an A/A to pass --max-effect with 80%% probability for one gated test; with "
         "--max-rounds, 3 (looks from the third round on). A resumed A/B keeps its locked design (OUT/design.json)",
     )
     ab.add_argument(
