@@ -258,9 +258,11 @@ def decision_rows(
     estimates = record_estimates(points) if estimates is None else estimates
     ok = points[points.status == "ok"]
     base_of: dict[str, str] = {}
+    mixed: dict[str, float] = {}  # per point id: its like-for-like ratio (speedup._like_for_like)
     if has_baseline(points):
         found = speedups(points)
         base_of = {p: b for p, b in zip(found.point_id, found.baseline_point_id) if isinstance(b, str)}
+        mixed = dict(zip(found.point_id, found.speedup_output))
     by_id = {r.point_id: r for r in ok.itertuples()}
     good = {} if goodput is None else {r.point_id: r for r in goodput.itertuples()}
     shapes: dict[str, list] = {}
@@ -282,8 +284,8 @@ def decision_rows(
             speedup = None
             if base is not None and base.point_id in estimates:
                 speedup = speedup_of(estimates[r.point_id], estimates[base.point_id])
-                if getattr(r, "window", None) != getattr(base, "window", None):  # not like for like: no interval
-                    speedup = Speedup(float(getattr(r, "speedup_output", speedup.value)))
+                if r.window != base.window:  # not like for like: both whole-window figures, no interval
+                    speedup = Speedup(float(mixed[r.point_id]))
             if r.point_id in paired:
                 speedup = paired[r.point_id]
             picks.append(Pick(config_label(r), r.point_id, estimates[r.point_id], speedup, _notes(r)))

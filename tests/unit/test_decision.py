@@ -154,6 +154,19 @@ def test_a_shape_without_baseline_states_no_speedup():
     assert D.table_frame(view).best_verdict.iloc[0] == "no baseline"
 
 
+def test_a_whole_window_point_against_a_steady_baseline_divides_the_two_whole_window_figures():
+    # the point has no steady span (its headline is its whole-window figure); the baseline's headline is steady
+    pts = [
+        point("base", 0, 100.0, output_throughput_whole=90.0),
+        point("a", 3, 110.0, hw=None, window="whole", output_throughput_whole=110.0),
+    ]
+    (r,) = rows_of(pts)
+    picked = r.best or r.fastest
+    assert picked.point_id == "a"
+    assert picked.speedup.value == pytest.approx(110.0 / 90.0)  # 1.2222, not the mixed-window 110 / 100
+    assert not picked.speedup.stated  # a whole-window figure states no precision
+
+
 def test_fed_estimates_replace_the_records_and_keep_their_label():
     pts = [point("base", 0, 100.0), point("a", 3, 130.0)]
     fed = {
