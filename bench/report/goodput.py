@@ -6,8 +6,9 @@ meets a TPOT target, as vLLM's TPOT of 0 for it does).
 Over the point's headline window, as its output tok/s is:
 - steady (bench.window): good requests per second = good requests that finished inside the steady spans over the
   spans' length (request_throughput counts every finished one the same way); good output tokens per second = the
-  tokens of good requests' chunks that arrived inside the spans over their length, so that with every request good
-  it equals the point's steady output tok/s;
+  tokens of good requests' chunks that arrived inside the headline's token windows (the whole cycles,
+  metrics.steady.cycle_windows; the spans for records without them) over their length, so that with every request
+  good it equals the point's output tok/s;
 - whole: good requests and their output tokens over the whole window's duration.
 The raw per-request rows are read only when an SLO is given (bench.report.build).
 """
@@ -24,6 +25,7 @@ from bench.metrics import request_latencies
 from bench.records import PointRecord
 from bench.slo import Slo
 from bench.store import SweepStore
+from bench.window import tokens_in
 
 COLUMNS = ["point_id", "goodput_requests_s", "goodput_output_s", "good_requests", "counted_requests", "goodput_window"]
 
@@ -53,32 +55,38 @@ class Goodput:
 
 
 def goodput(
-    rows: Sequence[dict], slo: Slo, spans: Sequence[Sequence[float]] | None, duration_s: float | None
+    rows: Sequence[dict],
+    slo: Slo,
+    spans: Sequence[Sequence[float]] | None,
+    duration_s: float | None,
+    token_windows: Sequence[Sequence[float]] | None = None,
 ) -> Goodput:
     """Goodput over the steady `spans` ([start, end] on the rows' clock) when given, else over the whole window of
-    `duration_s` seconds. Rows of other phases than "measure" (warm-up) are left out."""
+    `duration_s` seconds: good requests per second over the spans, good output tokens per second over
+    `token_windows` (default: the spans). Rows of other phases than "measure" (warm-up) are left out."""
     measured = [r for r in rows if (r.get("phase") or "measure") == "measure"]
+    good_rows = [r for r in measured if is_good(r, slo)]  # is_good is False for a failed request
     if spans:
         length = sum(b - a for a, b in spans)
-
-        def inside(t: float | None) -> bool:
-            return t is not None and any(a < t <= b for a, b in spans)
-
-        finished = [r for r in measured if r.get("status") == "ok" and inside(r.get("end_time"))]
-        good = [r for r in finished if is_good(r, slo)]
-        tokens = sum(
-            n for r in measured if is_good(r, slo) for t, n in zip(r["chunk_times"], r["chunk_tokens"]) if inside(t)
-        )
+        windows = token_windows or spans
+        token_s = sum(b - a for a, b in windows)
+        good = [r for r in good_rows if _inside(r.get("end_time"), spans)]
+        counted = sum(1 for r in measured if r.get("status") == "ok" and _inside(r.get("end_time"), spans))
+        tokens = sum(tokens_in(good_rows, a, b) for a, b in windows)
         window = "steady"
     else:
-        length = duration_s or 0.0
-        finished = [r for r in measured if r.get("status") == "ok"]
-        good = [r for r in finished if is_good(r, slo)]
+        length = token_s = duration_s or 0.0
+        good = good_rows
+        counted = sum(1 for r in measured if r.get("status") == "ok")
         tokens = sum(sum(r.get("chunk_tokens") or []) for r in good)
         window = "whole"
-    if not length > 0:
-        return Goodput(None, None, len(good), len(finished), window)
-    return Goodput(len(good) / length, tokens / length, len(good), len(finished), window)
+    if not (length > 0 and token_s > 0):
+        return Goodput(None, None, len(good), counted, window)
+    return Goodput(len(good) / length, tokens / token_s, len(good), counted, window)
+
+
+def _inside(t: float | None, spans: Sequence[Sequence[float]]) -> bool:
+    return t is not None and any(a < t <= b for a, b in spans)
 
 
 def point_goodput(record: PointRecord, rows: Sequence[dict], slo: Slo) -> Goodput | None:
@@ -86,8 +94,10 @@ def point_goodput(record: PointRecord, rows: Sequence[dict], slo: Slo) -> Goodpu
     m = record.metrics
     if record.status != "ok" or m is None:
         return None
-    spans = m.steady.spans if m.window == "steady" and m.steady is not None else None
-    return goodput(rows, slo, spans, m.whole_window().duration_s)
+    steady = m.steady if m.window == "steady" else None
+    spans = steady.spans if steady is not None else None
+    windows = steady.cycle_windows if steady is not None else None
+    return goodput(rows, slo, spans, m.whole_window().duration_s, windows)
 
 
 def goodput_table(sweep_dir: Path, slo: Slo) -> pd.DataFrame:

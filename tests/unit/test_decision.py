@@ -13,9 +13,10 @@ from bench.cli import main
 from bench.errors import BenchError
 from bench.profile import parse_profile
 from bench.report import decision as D
-from bench.report.goodput import goodput, is_good
+from bench.report.goodput import goodput, is_good, point_goodput
 from bench.report.tables import POINT_COLUMNS
 from bench.slo import Slo, parse_slo
+from bench.store import SweepStore
 
 REPO = Path(__file__).resolve().parents[2]
 ONE_LEASE = REPO / "reports" / "examples" / "kimi-rank-h200-one-lease" / "lease-1"
@@ -280,11 +281,17 @@ def test_goodput_per_request_against_hand_computed_values():
 
 
 def test_with_every_request_good_goodput_is_the_output_rate():
-    rows = [req(0.0, 0.1 + i * 0.01, 0.05, 21) for i in range(4)]
-    span = [[0.3, 0.9]]
-    g = goodput(rows, Slo(ttft="10s"), span, None)
-    tokens = sum(1 for r in rows for t in r["chunk_times"] if 0.3 < t <= 0.9)
-    assert g.output_s == pytest.approx(tokens / 0.6) and g.good == g.counted
+    # a committed example under an SLO every request meets: goodput counts what the headline counts
+    store = SweepStore(ONE_LEASE)
+    lax = Slo(ttft="1000s", tpot="1000s", e2el="1000s")
+    records = {pid: r for pid, r in store.records().items() if r.status == "ok"}
+    assert records
+    for pid, record in records.items():
+        g = point_goodput(record, store.raw(pid), lax)
+        assert g is not None and g.good == g.counted > 0
+        assert g.output_s == pytest.approx(record.metrics.output_throughput, rel=1e-9)
+        if record.metrics.window == "steady":
+            assert g.requests_s == pytest.approx(record.metrics.request_throughput, rel=1e-9)
 
 
 # --- targets ----------------------------------------------------------------------------------------------------
