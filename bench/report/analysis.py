@@ -351,22 +351,12 @@ def _effective_row(points: list[PointRecord]) -> dict:
 
 def summary_counts(df: pd.DataFrame) -> dict:
     ok = ok_points(df)
-    best = None
-    # the headline is a plain rank's: an emulated DCP rank prefills 1/N of the prompt (bench.dcp_emulation)
-    plain = plain_points(ok)
-    candidates = plain if len(plain) else ok
-    if "steady_short" in candidates:  # a headline over fewer than 3 whole cycles states no precision: never the best
-        candidates = candidates[~candidates.steady_short.fillna(False).astype(bool)]
-    if len(candidates) and candidates.output_throughput.notna().any():
-        best = candidates.loc[candidates.output_throughput.idxmax()]
     return {
         "points": len(df),
         "ok": len(ok),
         "failed": int((df.status == "failed").sum()),
         "skipped": int((df.status == "skipped").sum()),
         "varied": varied_axes(df),
-        "best_label": None if best is None else best.label,
-        "best_output_throughput": None if best is None else float(best.output_throughput),
     }
 
 

@@ -606,14 +606,13 @@ def sentences(view: DecisionView) -> list[str]:
         if row.best is not None:
             b = row.best
             assert b.speedup is not None
-            anyway = ""
             if b.speedup.verdict == "slower":
                 parts.append(
                     f"At {row.shape}, no speculative configuration beats no-spec: the best, {b.config}, is at "
-                    f"{_pick_text(b)}{anyway}."
+                    f"{_pick_text(b)}."
                 )
             else:
-                parts.append(f"At {row.shape}, {b.config} is fastest: {_pick_text(b)}{anyway}.")
+                parts.append(f"At {row.shape}, {b.config} is fastest: {_pick_text(b)}.")
             if row.worst is not None:
                 parts.append(f"Slowest: {row.worst.config}, {_pick_text(row.worst)}.")
             if row.left_out:

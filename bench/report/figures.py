@@ -243,7 +243,6 @@ def step_segments(table: pd.DataFrame, column: str) -> list[tuple[str, str, floa
     gpu_busy_ms); the rest of the step last. Each part is a median over the decode steps, so the parts need not
     add up to the step's median: a negative difference is drawn as 0."""
     t = table.set_index("part").to_dict("index")
-    t = {part: row for part, row in t.items()}
     parts = [(name, color, max(float(get(t, column)), 0.0)) for name, color, get in STEP_PARTS]
     step = float(t["bench.engine.step"][column])
     return [*parts, (*STEP_REST, max(step - sum(v for _, _, v in parts), 0.0))]

@@ -139,19 +139,6 @@ def test_a_point_that_failed_above_every_ok_point_does_not_blank_the_heatmap():
     assert heat.loc["TRITON_MLA", "n_failed"] == 1
 
 
-def test_the_headline_throughput_is_a_plain_ranks_not_an_emulated_dcp_ranks():
-    """An emulated DCP-8 rank prefills 1/8 of the prompt, so its tok/s is not a deployment's: the headline takes the
-    best plain point (and only falls back to emulated points when the sweep has nothing else)."""
-    rows = pd.DataFrame(
-        [
-            {"status": "ok", "label": "plain", "output_throughput": 500.0, "dcp_emulated": np.nan},
-            {"status": "ok", "label": "dcp8-emulated", "output_throughput": 900.0, "dcp_emulated": 8.0},
-        ]
-    )
-    assert A.summary_counts(rows)["best_label"] == "plain"
-    assert A.summary_counts(rows.iloc[1:])["best_label"] == "dcp8-emulated"
-
-
 def test_a_steady_point_whose_ttft_is_the_whole_windows_says_so():
     """A steady span into which no request was sent (one wave) has no TTFT of its own: bench.metrics takes the whole
     window's, and the results tables say so in a `TTFT window` column shown only where that happened."""
