@@ -26,14 +26,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 from scipy import stats
 
+from bench.files import atomic_write_bytes
 from bench.fmt import fmt
 from bench.report import decision
 from bench.report.analysis import enrich
+from bench.report.figure_style import new_figure, png_or_none
 from bench.report.markdown import md_table
 from bench.report.servers import server_table
-from bench.report.speedup import speedups
+from bench.report.speedup import with_speedups
 from bench.report.tables import points_table
 from bench.store import SweepStore
 
@@ -142,10 +145,7 @@ def read_starts(root: Path) -> Starts:
     for d in dirs:
         plain = points_table(d)
         servers = server_table(d, SweepStore(d).records())
-        points = enrich(plain)
-        sp = speedups(points) if "num_speculative_tokens" in points else pd.DataFrame()
-        if len(sp):
-            points = points.merge(sp, on="point_id", how="left")
+        points = with_speedups(enrich(plain))
         compiled = dict(zip(servers.engine_id, servers.torch_compile))
         points["torch_compile"] = [compiled.get(e) for e in points.engine_id]
         frames.append(points.assign(start=int(START_DIR.match(d.name).group(1))))  # type: ignore[union-attr]
@@ -178,7 +178,7 @@ def summarize_starts(root: Path, read: Starts | None = None) -> dict:
             row = {
                 "point_id": pid,
                 "label": first.series,
-                "shape": _shape(first),
+                "shape": decision.shape_label(first),
                 "num_speculative_tokens": int(first.num_speculative_tokens),
                 "starts": [int(s) for s in g.start],
                 "output_throughput": asdict(tp),
@@ -197,11 +197,6 @@ def summarize_starts(root: Path, read: Starts | None = None) -> dict:
 def _median(col: pd.Series) -> float | None:
     v = pd.to_numeric(col, errors="coerce").dropna()
     return float(v.median()) if len(v) else None
-
-
-def _shape(row) -> str:
-    parts = [row.get("concurrency"), row.get("input_len"), row.get("output_len")]
-    return "x".join("?" if p is None or pd.isna(p) else str(int(p)) for p in parts)
 
 
 def _interval(o: dict, spec: str) -> str:
@@ -302,17 +297,14 @@ def starts_markdown(summary: dict, view: decision.DecisionView | None = None) ->
     return "\n".join(lines)
 
 
-def starts_figure(summary: dict, path: Path) -> Path | None:
-    """Each point's starts with their stated 95% error bars beside the estimate over starts and its interval."""
+def starts_figure(summary: dict) -> Figure | None:
+    """Each point's starts with their stated 95% error bars beside the estimate over starts and its interval (None:
+    no ok point)."""
     points = summary["points"]
     if not points:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(points) + 2), 4))
+    fig = new_figure(max(6.0, 1.2 * len(points) + 2), 4)
+    ax = fig.add_subplot()
     for i, p in enumerate(points):
         o = p["output_throughput"]
         k = len(o["values"])
@@ -329,23 +321,19 @@ def starts_figure(summary: dict, path: Path) -> Path | None:
     ax.set_xticks(range(len(points)), [f"{p['label']}\n{p['shape']}" for p in points], fontsize=7)
     ax.set_ylabel("steady output tok/s")
     ax.set_title("per start (blue, stated 95%) and over starts (black; red: starts disagree)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def build_starts_report(root: Path) -> dict[str, Path]:
     """starts.json, starts.md and starts.png in `root` (a folder of start-k sweeps)."""
-    from bench.files import atomic_write_bytes
-
     read = read_starts(root)
     summary = summarize_starts(root, read)
     paths = {"starts_json": root / "starts.json", "starts_md": root / "starts.md"}
     atomic_write_bytes(paths["starts_json"], (json.dumps(summary, indent=1, default=_json) + "\n").encode())
     atomic_write_bytes(paths["starts_md"], starts_markdown(summary, starts_view(read, summary)).encode())
-    if (png := starts_figure(summary, root / "starts.png")) is not None:
-        paths["starts_png"] = png
+    if (png := png_or_none(starts_figure(summary))) is not None:
+        paths["starts_png"] = root / "starts.png"
+        atomic_write_bytes(paths["starts_png"], png)
     return paths
 
 
