@@ -3,9 +3,11 @@
 # scripts/gpu/detached.sh so that it outlives one call; results in /tmp/res38, copied to $OUT/issue38.tgz each call):
 #   starts  item 6(a): profiles/kimi-k2.6-rank-h200-starts.toml over its 3 server starts (no-spec and FLASHMLA/fp8
 #           k = 3 at 8x1024x256, 3 blocks a start): do the starts agree within their stated precision (starts.md)?
-#   ab      item 6(b): `bench ab` of the same profile, the candidate sleeping DELAY_MS after every engine step
+#   ab      item 6(b): `bench ab`, the candidate sleeping DELAY_MS after every engine step
 #           (default 0.5 ms: ~5% of the ~10 ms FLASHMLA step, ~7% of no-spec's 7.5 ms): the gate must exit 4;
 #   aa      the same environment on both sides: the gate must not exit 4, and a pass (exit 0) states its bound.
+#   ab and aa use profiles/kimi-k2.6-rank-h200-ab.toml (AB_PROFILE): its one point, so a round is two server starts;
+#   a fixed design of ROUNDS = 4 rounds (one look at full alpha) unless MAX_ROUNDS asks for sequential looks.
 # Usage: issue38.sh BUDGET_SECONDS TASK... (ROUNDS, MAX_ROUNDS, DELAY_MS, MAX_EFFECT from the environment). Each task
 # resumes what an earlier call or lease left (`sweep --resume`, `ab --resume`; the A/B's locked design refuses a
 # changed one), and a task already finished is skipped. Device time per task is printed and kept in
@@ -13,10 +15,14 @@
 set -uo pipefail
 source scripts/gpu/common.sh
 budget=${1:?usage: issue38.sh BUDGET_SECONDS starts|ab|aa...}; shift
-rounds=${ROUNDS:-6}; max_rounds=${MAX_ROUNDS:-10}; delay=${DELAY_MS:-0.5}; max_effect=${MAX_EFFECT:-0.05}
+rounds=${ROUNDS:-4}; delay=${DELAY_MS:-0.5}; max_effect=${MAX_EFFECT:-0.05}
 profile=profiles/kimi-k2.6-rank-h200-starts.toml
+ab_profile=${AB_PROFILE:-profiles/kimi-k2.6-rank-h200-ab.toml}
+max_rounds=(); [ -n "${MAX_ROUNDS:-}" ] && max_rounds=(--max-rounds "$MAX_ROUNDS")
 py=$(command -v python)
 res=/tmp/res38
+# RESUME_FROM: an issue38.tgz an earlier lease brought back (carried in .gpu/), so that a new machine resumes it
+[ -n "${RESUME_FROM:-}" ] && [ ! -d $res ] && tar xzf "$RESUME_FROM" -C /tmp
 mkdir -p $res
 [ -e /tmp/bench-patched ] || { python -m bench patch apply > $res/patch-apply.txt && touch /tmp/bench-patched; } || exit 1
 python -m bench patch status > $res/patch-status.txt
@@ -33,8 +39,8 @@ for task in "$@"; do
       extra=(); resume=()
       [ "$task" = ab ] && extra=(--candidate-env "BENCH_STEP_DELAY_MS=$delay")
       [ -d $res/$task ] && resume=(--resume)
-      timeout -s TERM $left python -m bench ab $profile --baseline "$py" --candidate "$py" --rounds "$rounds" \
-        --max-rounds "$max_rounds" --max-effect "$max_effect" --out $res/$task "${resume[@]}" "${extra[@]}" \
+      timeout -s TERM $left python -m bench ab $ab_profile --baseline "$py" --candidate "$py" --rounds "$rounds" \
+        "${max_rounds[@]}" --max-effect "$max_effect" --out $res/$task "${resume[@]}" "${extra[@]}" \
         >> $res/$task.log 2>&1 ;;
     *) echo "unknown task $task" >&2; exit 2 ;;
   esac
