@@ -6,7 +6,7 @@
 #   ab      item 6(b): `bench ab`, the candidate sleeping DELAY_MS after every engine step
 #           (default 0.5 ms: ~5% of the ~10 ms FLASHMLA step, ~7% of no-spec's 7.5 ms): the gate must exit 4;
 #   aa      the same environment on both sides: the gate must not exit 4, and a pass (exit 0) states its bound.
-#   ab and aa use profiles/kimi-k2.6-rank-h200-ab.toml (AB_PROFILE): its one point, so a round is two server starts;
+#   ab and aa use profiles/kimi-k2.6-rank-h200-ab.toml (AB_PROFILE; on a card under 100 GiB the -h100-l40- variants): its one point, so a round is two server starts;
 #   a fixed design of ROUNDS = 4 rounds (one look at full alpha) unless MAX_ROUNDS asks for sequential looks.
 # Usage: issue38.sh BUDGET_SECONDS TASK... (ROUNDS, MAX_ROUNDS, DELAY_MS, MAX_EFFECT from the environment). Each task
 # resumes what an earlier call or lease left (`sweep --resume`, `ab --resume`; the A/B's locked design refuses a
@@ -16,8 +16,12 @@ set -uo pipefail
 source scripts/gpu/common.sh
 budget=${1:?usage: issue38.sh BUDGET_SECONDS starts|ab|aa...}; shift
 rounds=${ROUNDS:-4}; delay=${DELAY_MS:-0.5}; max_effect=${MAX_EFFECT:-0.05}
-profile=profiles/kimi-k2.6-rank-h200-starts.toml
-ab_profile=${AB_PROFILE:-profiles/kimi-k2.6-rank-h200-ab.toml}
+# The 61-layer rank needs the H200's memory; on a smaller card (an H100) the 40-layer variants of the same profiles.
+mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+card=h200; [ "${mib:-0}" -lt 102400 ] && card=h100-l40
+profile=${PROFILE:-profiles/kimi-k2.6-rank-$card-starts.toml}
+ab_profile=${AB_PROFILE:-profiles/kimi-k2.6-rank-$card-ab.toml}
+echo "== card: $card ($mib MiB): $profile, $ab_profile"
 max_rounds=(); [ -n "${MAX_ROUNDS:-}" ] && max_rounds=(--max-rounds "$MAX_ROUNDS")
 py=$(command -v python)
 res=/tmp/res38
