@@ -489,7 +489,11 @@ def _starts_caveat(ok: pd.DataFrame, servers: pd.DataFrame | None, estimates: Ma
         counted = f"{_n(len(starts), 'engine configuration')}, {short}"
     between = sorted(label for label in labels if label != WITHIN_ONE_START)
     if between:  # estimates over several starts (bench.report.starts): the servers table is one start's
-        short = f"intervals {', '.join(between)}"
+        counts = sorted({int(m.group(1)) for m in map(_BETWEEN.match, between) if m})
+        if len(counts) > 1 and len(counts) == len(between):  # a start cut short: say the range, not every count
+            short = f"intervals between {counts[0]}-{counts[-1]} starts"
+        else:
+            short = f"intervals {', '.join(between)}"
         configs = len(starts) if starts is not None else len(ok.engine_id.unique()) if "engine_id" in ok else 0
         return Caveat(short, f"{_n(configs, 'engine configuration')}, each on several server starts; {short}.")
     if labels and labels <= {WITHIN_ONE_START}:

@@ -137,11 +137,22 @@ class Starts:
     last_servers: pd.DataFrame | None = None
 
 
+def _latest(frames: list[pd.DataFrame], key: str) -> pd.DataFrame | None:
+    """Each `key`'s row from the last start that has it: a start cut short (a lease that ran out) lacks points
+    the starts before it measured, and the decision view must still name them."""
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return None
+    both = pd.concat(frames, ignore_index=True)
+    return both.drop_duplicates(key, keep="last").reset_index(drop=True)
+
+
 def read_starts(root: Path) -> Starts:
-    """Every start's points and server tables, read once."""
+    """Every start's points and server tables, read once; `last_points` / `last_servers` hold each point's and each
+    server's row from the last start that measured it."""
     dirs = start_dirs(root)
     out = Starts(pd.DataFrame(), dirs)
-    frames = []
+    frames, plains, server_frames = [], [], []
     for d in dirs:
         plain = points_table(d)
         servers = server_table(d, SweepStore(d).records())
@@ -149,9 +160,12 @@ def read_starts(root: Path) -> Starts:
         compiled = dict(zip(servers.engine_id, servers.torch_compile))
         points["torch_compile"] = [compiled.get(e) for e in points.engine_id]
         frames.append(points.assign(start=int(START_DIR.match(d.name).group(1))))  # type: ignore[union-attr]
-        out.last_points, out.last_servers = plain, servers
+        plains.append(plain)
+        server_frames.append(servers)
     if frames:
         out.table = pd.concat(frames, ignore_index=True)
+        out.last_points = _latest(plains, "point_id")
+        out.last_servers = _latest(server_frames, "engine_id")
     return out
 
 

@@ -101,3 +101,21 @@ def test_the_agreement_test_holds_its_level_when_each_start_has_three_blocks():
         cochran += S.welch_p(y, se, [None, None, None]) < 0.05
     assert 0.02 < welch / n < 0.075, welch / n  # 3.4% at this seed
     assert cochran / n > 0.15, cochran / n
+
+
+def test_a_start_cut_short_keeps_the_points_the_others_measured(tmp_path):
+    """A lease that runs out mid-start leaves the last start without some points: the decision view must still
+    name them, with their intervals over the starts that measured them (a bug once said "no no-spec point ran")."""
+    for k, lease in ((1, 1), (2, 2), (3, 2)):
+        shutil.copytree(LEASE / f"lease-{lease}", tmp_path / f"start-{k}")
+    for point in (tmp_path / "start-3" / "points").glob("*.json"):
+        if '"engine": "no-spec' not in point.read_text():
+            point.unlink()
+    assert len(list((tmp_path / "start-3" / "points").glob("*.json"))) == 1
+    read = S.read_starts(tmp_path)
+    assert read.last_points is not None and set(read.last_points.point_id) == set(read.table.point_id)
+    assert len(read.last_points) == len(set(read.table.point_id)), "one row a point"
+    text = S.build_starts_report(tmp_path)["starts_md"].read_text()
+    lines = text.splitlines()
+    assert "intervals between 2-3 starts" in lines[2], lines[2]
+    assert re.search(r"FLASHMLA/fp8 draft k=3 is fastest: 1\.\d\dx no-spec \[.*\] between 2 starts", lines[4]), lines[4]
