@@ -218,7 +218,8 @@ ROW_CASES = [
 def test_patched_flashmla_rows_match_the_reference_on_every_rank(vllm_copy, tmp_path):
     """The patched module's own per-token rows (the function and the builder method, run on CPU tensors) give
     every query token the request and DCP-local length bench.dcp_local brute-force-checks, for every rank,
-    padding rows length 0, block-table rows copied from their request, in the builder's persistent buffers."""
+    padding rows length 0, block-table rows copied from their request, in the builder's persistent buffers, which a
+    block table of another width does not replace (an error: captured FULL CUDA graphs read them)."""
     version, base = vllm_copy
     apply_series(locate_vllm(base))
     cases = [{**c, "rank": r} for c in ROW_CASES for r in range(c["size"])]
@@ -246,6 +247,9 @@ def test_patched_flashmla_rows_match_the_reference_on_every_rank(vllm_copy, tmp_
             got["too_many_rows"]
             == f"{case['num_rows'] + 4} DCP decode rows exceed the {case['num_rows'] + 3} allocated"
         )
+        assert got["width_change"] == (
+            "block table width changed from 5 to 6: the DCP decode rows' persistent block table cannot be reallocated"
+        )
 
 
 def test_unpatched_flashmla_has_no_rows(vllm_copy):
@@ -254,3 +258,83 @@ def test_unpatched_flashmla_has_no_rows(vllm_copy):
     assert "dcp_spec_decode_rows" not in text and "num_decodes = attn_metadata.num_decodes" in text
     fix = next(f for f in patch_report(locate_vllm(base))["fixes"] if f["fix"] == "dcp-spec-decode")
     assert fix["in_code"] is False and fix["state"] == "not applied"
+
+
+# The metadata builder's __init__ (tests/helpers/flashmla_builder_probe.py: the real FlashMLA, MLA-common and
+# reorder-threshold initialisers with a stand-in config and DCP group), per case: the reorder threshold patched on
+# 0.26 and 0.33, and unpatched; the per-row buffers' rows (max_num_seqs 16 x threshold) where the patch lifts it.
+# parallel_drafting: 0.26 counts 1 + 2k; 0.33 counts 1 + 2k on the V1 runner only (max_decode_query_len).
+BUILDER_CASES = [
+    # (case, patched threshold {0.26, 0.33}, unpatched threshold)
+    ({"dcp": 2, "group": 2, "rank": 1, "k": 3}, {"0.26.0": 4, "0.33.0": 4}, 1),
+    ({"dcp": 8, "group": 8, "rank": 5, "k": 3, "parallel_drafting": True}, {"0.26.0": 7, "0.33.0": 4}, 1),
+    (
+        {"dcp": 8, "group": 8, "rank": 7, "k": 3, "parallel_drafting": True, "v2_runner": False},
+        {"0.26.0": 7, "0.33.0": 7},
+        1,
+    ),
+    ({"dcp": 4, "group": 4, "rank": 3, "k": 1, "graphs": "PIECEWISE"}, {"0.26.0": 2, "0.33.0": 2}, 1),
+    ({"dcp": 2, "group": 2, "rank": 0, "k": 3, "cache_dtype": "auto"}, {"0.26.0": 4, "0.33.0": 4}, 1),
+    # no rows: no speculative decoding; DCP 1; a group of one (a draft replicated at DCP 1); PCP
+    ({"dcp": 2, "group": 2, "rank": 0, "k": None}, {"0.26.0": 1, "0.33.0": 1}, 1),
+    ({"dcp": 1, "group": 1, "rank": 0, "k": 3}, {"0.26.0": 128, "0.33.0": 128}, 128),
+    ({"dcp": 2, "group": 1, "rank": 0, "k": 3}, {"0.26.0": 1, "0.33.0": 1}, 1),
+    ({"dcp": 2, "group": 2, "rank": 1, "k": 3, "pcp": 2}, {"0.26.0": 1, "0.33.0": 1}, 1),
+]
+BUILDER_DEFAULTS = {
+    "pcp": 1,
+    "parallel_drafting": False,
+    "v2_runner": True,
+    "graphs": "FULL_AND_PIECEWISE",
+    "cache_dtype": "fp8",
+}
+
+
+def builder_probe(base, tmp_path, cases):
+    proc = subprocess.run(
+        [sys.executable, str(HELPERS / "flashmla_builder_probe.py"), json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env={**vllm_env(tmp_path), "PYTHONPATH": str(base)},
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["flashmla_file"].startswith(str(base)) and out["max_num_seqs"] == 16
+    return out
+
+
+def test_flashmla_builder_init_lifts_the_threshold_and_sizes_the_rows(vllm_copy, tmp_path):
+    """The patched FlashMLAMetadataBuilder.__init__, run for real on CPU: under DCP with speculative decoding it
+    takes the spec-as-decode threshold 1 + k (not DCP's forced 1), learns its DCP rank, and sizes the persistent
+    per-row lengths (int32) and the FULL-graph `cg_buf_num_splits` for max_num_seqs x threshold rows (+ 1); the
+    block-table buffer waits for the first build. Without speculative decoding, at DCP 1, in a DCP group of one or
+    with PCP, nothing changes. The unpatched builder, the control, keeps threshold 1 under DCP."""
+    version, base = vllm_copy
+    cases = [{**BUILDER_DEFAULTS, **case} for case, _, _ in BUILDER_CASES]
+    unpatched = builder_probe(base, tmp_path, cases)
+    apply_series(locate_vllm(base))
+    patched = builder_probe(base, tmp_path, cases)
+    assert patched["vllm_version"] == unpatched["vllm_version"] == version
+    for (case, want, want_unpatched), full, got, before in zip(
+        BUILDER_CASES, cases, patched["results"], unpatched["results"], strict=True
+    ):
+        threshold = want[version]
+        assert (got["threshold"], before["threshold"]) == (threshold, want_unpatched), case
+        assert before["dcp_spec_decode"] is None and before["rows_seq_lens"] is None, case
+        assert got["dcp_world_size"] == before["dcp_world_size"] == full["group"]
+        assert got["is_fp8_kvcache"] == (full["cache_dtype"] == "fp8")
+        full_graphs = full["graphs"] != "PIECEWISE"
+        lifted = full["dcp"] > 1 and full["group"] > 1 and full["k"] is not None and full["pcp"] == 1
+        assert got["dcp_spec_decode"] is lifted, case
+        if lifted:
+            assert threshold == 1 + case["k"] * (2 if threshold > 1 + case["k"] else 1)
+            assert got["dcp_rank"] == full["rank"]
+            assert (got["rows_seq_lens"], got["rows_dtype"]) == ([16 * threshold], "torch.int32")
+            assert got["rows_block_table"] is None
+            assert got["num_splits"] == ([16 * threshold + 1] if full_graphs else None)
+        else:
+            assert got["rows_seq_lens"] is None and got["dcp_rank"] is None
+            assert got["num_splits"] == ([17] if full_graphs else None)
+        assert before["num_splits"] == ([17] if full_graphs else None)
