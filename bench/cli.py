@@ -31,8 +31,12 @@ def cmd_patch(args: argparse.Namespace) -> int:
         return 0
     install = patching.locate_vllm(args.vllm_root)
     if args.action in ("apply", "revert"):
-        run = patching.apply_series if args.action == "apply" else patching.revert_series
-        outcome = run(install, args.series, dry_run=args.dry_run)
+        if args.action == "apply":
+            outcome = patching.apply_series(
+                install, args.series, dry_run=args.dry_run, only=args.only, exclude=args.exclude
+            )
+        else:
+            outcome = patching.revert_series(install, args.series, dry_run=args.dry_run)
         if outcome.diff:
             print(outcome.diff, end="")
         print(outcome.message)
@@ -43,10 +47,14 @@ def cmd_patch(args: argparse.Namespace) -> int:
         return 0
     print(patching.format_status(report))
     if args.action == "verify":
-        skipped = patching.check_verified(report)
-        print(
-            "verified: every fix is in the code" + (f" (not applicable here: {', '.join(skipped)})" if skipped else "")
-        )
+        left_out = patching.left_out_fixes(install, args.series, args.only, args.exclude)
+        if left_out:
+            skipped = patching.check_selection(report, left_out)
+            what = f"every fix but {', '.join(left_out)} is in the code, and those are not"
+        else:
+            skipped = patching.check_verified(report)
+            what = "every fix is in the code"
+        print(f"verified: {what}" + (f" (not applicable here: {', '.join(skipped)})" if skipped else ""))
     return 0
 
 

@@ -338,3 +338,67 @@ def test_flashmla_builder_init_lifts_the_threshold_and_sizes_the_rows(vllm_copy,
             assert got["rows_seq_lens"] is None and got["dcp_rank"] is None
             assert got["num_splits"] == ([17] if full_graphs else None)
         assert before["num_splits"] == ([17] if full_graphs else None)
+
+
+def test_a_subset_of_the_series_applies_verifies_and_reverts(wheel_026, tmp_path, capsys):
+    """`apply --except dcp-spec-decode` on the real 0.26.0 wheel: the other two fixes applied, that one not (status
+    per fix, verify of the subset, the record); a full apply then adds only it; the subset again takes only it back;
+    `--only` picks; revert restores byte-identical originals. The A/B of issue 39 item 5 switches between these."""
+    base = copy_tree(wheel_026, tmp_path / "site")
+    pristine = tree_bytes(base)
+    flashmla_file = base / "vllm/v1/attention/backends/mla/flashmla.py"
+    root = ["--vllm-root", str(base)]
+    assert main(["patch", "apply", "--except", "dcp-spec-decode", *root]) == 0
+    out = capsys.readouterr().out
+    assert "series 0.26 without dcp-spec-decode set (draft-overrides applied, dcp-draft-seq-lens applied)" in out
+    want = {"draft-overrides": "applied", "dcp-draft-seq-lens": "applied", "dcp-spec-decode": "not applied"}
+    assert states(base) == want
+    assert flashmla_file.read_bytes() == pristine["vllm/v1/attention/backends/mla/flashmla.py"]
+    assert main(["patch", "status", *root]) == 0
+    out = capsys.readouterr().out
+    assert "dcp-spec-decode      not applied       (code lacks it)" in out
+    assert "last recorded action: apply series 0.26 without dcp-spec-decode at" in out
+    record = json.loads((base / "vllm" / manager.STATE_FILE).read_text())
+    assert record[-1]["left_out"] == ["dcp-spec-decode"] and record[-1]["action"] == "apply"
+    assert main(["patch", "verify", "--except", "dcp-spec-decode", *root]) == 0
+    assert "verified: every fix but dcp-spec-decode is in the code, and those are not" in capsys.readouterr().out
+    assert main(["patch", "verify", *root]) == 1  # the whole series is not there
+    assert "not verified: dcp-spec-decode" in capsys.readouterr().err
+
+    full = apply_series(locate_vllm(base))
+    assert full.changed and full.message == "series 0.26 applied: vllm/v1/attention/backends/mla/flashmla.py"
+    assert main(["patch", "verify", "--except", "dcp-spec-decode", *root]) == 1
+    assert "not left out: dcp-spec-decode present" in capsys.readouterr().err
+    again = apply_series(locate_vllm(base), exclude=["dcp-spec-decode"])
+    assert again.message == (
+        "series 0.26 without dcp-spec-decode set (dcp-spec-decode reverted): vllm/v1/attention/backends/mla/flashmla.py"
+    )
+    assert states(base) == want
+    same = apply_series(locate_vllm(base), exclude=["dcp-spec-decode"])
+    assert not same.changed and "already applied: nothing to do" in same.message
+
+    apply_series(locate_vllm(base), only=["dcp-spec-decode"])
+    assert states(base) == {
+        "draft-overrides": "not applied",
+        "dcp-draft-seq-lens": "not applied",
+        "dcp-spec-decode": "applied",
+    }
+    assert revert_series(locate_vllm(base)).changed
+    now = tree_bytes(base)
+    now.pop(f"vllm/{manager.STATE_FILE}")
+    assert now == pristine, "revert after subsets must restore byte-identical originals"
+
+
+def test_a_subset_naming_a_fix_the_series_does_not_patch_is_refused(wheel_033, tmp_path, capsys):
+    """On 0.33, dcp-draft-seq-lens is upstream: it cannot be left out, and a typo is named with the series'
+    patches; nothing is written."""
+    base = copy_tree(wheel_033, tmp_path / "site")
+    pristine = tree_bytes(base)
+    with pytest.raises(BenchError, match="fix 'dcp-draft-seq-lens': already upstream"):
+        apply_series(locate_vllm(base), exclude=["dcp-draft-seq-lens"])
+    with pytest.raises(BenchError, match="fix 'dcp-spec': not a fix of the series; series 0.33 patches: draft-overr"):
+        apply_series(locate_vllm(base), only=["dcp-spec"])
+    with pytest.raises(SystemExit):  # argparse: --only and --except exclude each other
+        main(["patch", "apply", "--only", "draft-overrides", "--except", "dcp-spec-decode", "--vllm-root", str(base)])
+    assert "not allowed with argument" in capsys.readouterr().err
+    assert tree_bytes(base) == pristine
