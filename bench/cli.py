@@ -194,6 +194,8 @@ def _profile_analyze(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     if why := result["headline"].get("step_shares_missing"):
         print(f"no decode-step shares: {why}", file=sys.stderr)
+    if (why := result["headline"].get("step_paths_missing")) and not result["headline"].get("step_shares_missing"):
+        print(f"no decode-step split by path: {why}", file=sys.stderr)
     return 0
 
 
