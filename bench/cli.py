@@ -200,11 +200,14 @@ def _profile_analyze(args: argparse.Namespace) -> int:
 
 
 def _profile_shares(args: argparse.Namespace) -> int:
-    from bench.profiling.step_shares import read_shares, shares_report
+    from bench.profiling.step_paths import paths_report, read_paths
+    from bench.profiling.step_shares import analysis_folder, read_shares, shares_report
 
     if not args.file:
         raise BenchError("profile shares needs one or more analysis folders")
     text = shares_report({str(d): read_shares(d) for d in args.file})
+    by_path = {str(d): read_paths(analysis_folder(d)) for d in args.file}
+    text += paths_report({label: p for label, p in by_path.items() if p is not None})
     print(text, end="")
     if args.out:
         atomic_write_bytes(args.out / "step-shares.md", text.encode())

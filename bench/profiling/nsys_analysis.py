@@ -102,6 +102,11 @@ def analyze_export(export: db.NsysExport) -> NsysAnalysis:
     paths = step_paths.by_path(ranges, acts, pairs)
     t2 = time.perf_counter()
     meta = _meta(export, ranges, pairs, open_ranges)
+    meta["step_paths"] = {
+        "decode_steps": paths.decode_steps,
+        "without_attention": paths.without_attention,
+        "why_none": paths.why_none,
+    }
     meta["timing_s"] = {"read_s": round(t1 - t0, 3), "attribute_s": round(t2 - t1, 3)}
     warnings = _warnings(export, ranges, open_ranges, pids, scan.last_start)
     return NsysAnalysis(ranges=ranges, kernels=kernels, summary=summary, meta=meta, warnings=warnings, paths=paths)

@@ -20,12 +20,15 @@ loop shows there).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from bench.errors import BenchError
 from bench.fmt import fmt, md_rows
 from bench.profiling import step_shares
 from bench.profiling import targets as t
@@ -320,3 +323,33 @@ def comparison_markdown(captures: dict[str, StepPaths]) -> str:
         for part in first.index
     ]  # fmt: skip
     return "\n".join(md_rows(["mean ms per decode step", *tables], rows)) + "\n"
+
+
+def read_paths(folder: str | Path) -> StepPaths | None:
+    """An analysis folder's by-path split (nsys_step_paths.csv, counts from nsys_meta.json), or None for an
+    analysis written before the split existed (its meta has no `step_paths`)."""
+    folder = Path(folder)
+    try:
+        meta = json.loads((folder / "nsys_meta.json").read_text()).get("step_paths")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"cannot read {folder / 'nsys_meta.json'} ({exc})") from exc
+    if not meta:
+        return None
+    counts = {"decode_steps": int(meta["decode_steps"]), "without_attention": int(meta["without_attention"])}
+    if meta.get("why_none"):
+        return StepPaths(None, None, str(meta["why_none"]), **counts)
+    try:
+        steps = pd.read_csv(folder / "nsys_step_paths.csv")
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"cannot read {folder / 'nsys_step_paths.csv'} ({exc})") from exc
+    return StepPaths(steps, summarize(steps), None, **counts)
+
+
+def paths_report(captures: dict[str, StepPaths]) -> str:
+    """`bench profile shares`'s by-path part: each capture's table (or why none), then the captures side by side."""
+    if not captures:
+        return ""
+    body = "".join(paths_markdown(p, label) + "\n" for label, p in captures.items())
+    return "## Decode step by path\n\n" + body + comparison_markdown(captures)

@@ -9,6 +9,9 @@
 #            8x8192x256 points (FLASHMLA/fp8, k = 3) at DCP 1, 2, 8 on the series WITHOUT dcp-spec-decode (what
 #            users run today), then, if time is left, DCP 2 and 8 with the whole series (PROFILE_PATCHED=0 skips
 #            them). PROFILE_PROMPTS measured requests a capture (default 8: one wave of the 8 users, ~110 steps).
+#            BENCH_NVTX_ATTENTION=1 adds the MLA attention's path ranges (docs/nvtx-ranges.md) to `bench profile`'s
+#            BENCH_NVTX=1, so each capture's analysis has nsys_step_paths.{md,csv} (docs/nsys-analysis.md "Decode
+#            step by path"); profile/step-shares.md puts the captures' shares and by-path tables side by side.
 #   sweep    item 2: profiles/kimi-k2.6-rank-h200-dcp-backends-{flashattn-mla,flashmla}.toml (target FLASHMLA/fp8
 #            vs FLASH_ATTN_MLA/bf16 x DCP 1/2/4/8 x k 0/3 at 8x8192 and 8x2048) on the series without
 #            dcp-spec-decode, one engine (server start, both shapes) at a time in SWEEP_ORDER, each resumed
@@ -75,8 +78,8 @@ capture() {  # NAME POINT: one nsys session of the DCP profile's point into $res
   [ "$l" -ge 400 ] || { echo "== $l s left: not starting profile $name (a capture takes ~350-450 s)"; return 124; }
   rm -rf $out; mkdir -p $res/profile
   echo "== profile $name: point $point ($l s left)"
-  timeout -s TERM "$l" python -m bench profile $dcp_prof --point "$point" --num-prompts "${PROFILE_PROMPTS:-8}" \
-    --nsys "$NSYS" --out $out >> $res/profile/$name.log 2>&1
+  BENCH_NVTX_ATTENTION=1 timeout -s TERM "$l" python -m bench profile $dcp_prof --point "$point" \
+    --num-prompts "${PROFILE_PROMPTS:-8}" --nsys "$NSYS" --out $out >> $res/profile/$name.log 2>&1
   local rc=$?; echo "== profile $name: exit $rc"
   [ $rc = 0 ] && touch $out/.done
   return $rc
@@ -102,6 +105,10 @@ for task in "$@"; do
         set_patch whole || exit 1
         for n in 2 8; do capture "dcp$n-with-fix" "$(points_of $dcp_prof $n 3 8x8192x256)" || rc=$?; done
       fi
+      done_caps=(); for d in $res/profile/dcp1-without-fix $res/profile/dcp2-without-fix $res/profile/dcp8-without-fix \
+        $res/profile/dcp2-with-fix $res/profile/dcp8-with-fix; do [ -e $d/.done ] && done_caps+=($d); done
+      [ ${#done_caps[@]} -gt 0 ] && python -m bench profile shares "${done_caps[@]}" --out $res/profile \
+        > $res/profile/shares.log 2>&1
       (exit $rc) ;;
     sweep)
       set_patch without || exit 1

@@ -223,3 +223,33 @@ def test_profile_analyze_writes_the_table_and_the_headline(capture, tmp_path, ca
     meta = json.loads((folder / "nsys_meta.json").read_text())
     assert "warnings" in meta
     assert "step_paths_md" in capsys.readouterr().out
+
+
+def test_profile_shares_adds_the_split_of_each_capture_and_compares_them(capture, tmp_path, capsys):
+    from bench.cli import main
+
+    late = Capture(tmp_path / "late.sqlite")
+    decode_step_with_both_paths(late)
+    late.kernel("fused_moe_kernel", 50_000, 99_500, 101_500)
+    plain = Capture(tmp_path / "plain.sqlite")
+    decode_step_with_both_paths(plain, attention=False)
+    folders = []
+    for name, export in (("a", capture), ("b", late.close()), ("c", plain.close())):
+        analyze(export, tmp_path / name, plot=False)
+        folders.append(str(tmp_path / name))
+    (tmp_path / "old").mkdir()  # an analysis from before the split: its meta has no step_paths
+    for f in ("nsys_ranges.parquet", "nsys_meta.json"):
+        (tmp_path / "old" / f).write_bytes((tmp_path / "c" / f).read_bytes())
+    meta = json.loads((tmp_path / "old" / "nsys_meta.json").read_text())
+    del meta["step_paths"]
+    (tmp_path / "old" / "nsys_meta.json").write_text(json.dumps(meta))
+    assert main(["profile", "shares", *folders, str(tmp_path / "old"), "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    by_path = out[out.index("## Decode step by path") :]
+    assert by_path.count("1 of 2 decode steps") == 1 and by_path.count("1 of 1 decode steps") == 1
+    assert f"### {folders[2]}\n\nNo by-path split: no bench.attn.* range" in by_path
+    assert str(tmp_path / "old") not in by_path
+    assert f"| mean ms per decode step | {folders[0]} | {folders[1]} |" in by_path
+    assert "| `other` | 0.00 | 0.00 |" in by_path  # 2.5 and 4.5 us
+    assert "| `step.gpu_busy` | 0.01 | 0.01 |" in by_path
+    assert (tmp_path / "step-shares.md").read_text() == out
