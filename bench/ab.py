@@ -33,16 +33,45 @@ from bench.stats import (
 REPO = Path(__file__).resolve().parents[1]
 
 
+PATCH_STATES = ("patched", "unpatched")
+SUBSET_FLAGS = {"patched-except": "--except", "patched-only": "--only"}  # ENV suffix -> `bench patch apply` flag
+DRAFT_KEYS_FIX = "draft-overrides"  # the fix that makes vLLM accept the draft_* keys
+
+
 @dataclass(frozen=True)
 class Env:
     python: str
-    patch: str | None  # "patched", "unpatched" or None (leave as is)
+    # "patched", "unpatched", "patched-except=FIX[,FIX...]", "patched-only=FIX[,FIX...]" or None (leave as is)
+    patch: str | None
     variables: tuple[tuple[str, str], ...] = ()  # set for its runs, servers included (e.g. BENCH_STEP_DELAY_MS)
+
+    def subset(self) -> tuple[str, list[str]] | None:
+        """("patched-except" or "patched-only", the fix ids) for a subset of the series, else None."""
+        if self.patch is None or "=" not in self.patch:
+            return None
+        kind, _, ids = self.patch.partition("=")
+        return kind, [i.strip() for i in ids.split(",") if i.strip()]
+
+    def patch_args(self) -> list[str]:
+        """The `bench patch` arguments that set this side's patch state ([] to leave it as is)."""
+        if self.patch is None:
+            return []
+        if (subset := self.subset()) is not None:
+            kind, ids = subset
+            return ["apply", SUBSET_FLAGS[kind], ",".join(ids)]
+        return ["apply" if self.patch == "patched" else "revert"]
 
     @property
     def draft_keys(self) -> str:
-        # Unpatched vLLM rejects the draft_* keys: hand it vLLM's own names for the same settings.
-        return "upstream" if self.patch == "unpatched" else "legacy"
+        # Unpatched vLLM (or a subset without draft-overrides) rejects the draft_* keys: hand it vLLM's own names
+        # for the same settings.
+        if self.patch == "unpatched":
+            return "upstream"
+        if (subset := self.subset()) is not None:
+            kind, ids = subset
+            has_fix = (DRAFT_KEYS_FIX in ids) == (kind == "patched-only")
+            return "legacy" if has_fix else "upstream"
+        return "legacy"
 
     def label(self) -> str:
         extra = "".join(f" {k}={v}" for k, v in self.variables)
@@ -61,9 +90,26 @@ def parse_variables(items: list[str] | None) -> tuple[tuple[str, str], ...]:
 
 
 def parse_env(spec: str, variables: list[str] | None = None) -> Env:
+    """PATH[:patched|:unpatched|:patched-except=FIX[,FIX...]|:patched-only=FIX[,FIX...]]; fix ids are checked
+    against the suite's known fixes here, and against the installed series when the side is set (`bench patch`)."""
+    from bench.patching.probes import PROBES
+
     path, _, patch = spec.partition(":")
-    if patch not in ("", "patched", "unpatched"):
-        raise BenchError(f"environment {spec!r}: the suffix must be :patched or :unpatched")
+    kind, eq, ids = patch.partition("=")
+    if eq:
+        named = [i.strip() for i in ids.split(",") if i.strip()]
+        unknown = [i for i in named if i not in PROBES]
+        if kind not in SUBSET_FLAGS or not named or unknown:
+            raise BenchError(
+                f"environment {spec!r}: a subset suffix is :patched-except=FIX[,FIX...] or :patched-only=FIX[,...]"
+                f" with FIX among {', '.join(PROBES)}" + (f" (unknown: {', '.join(unknown)})" if unknown else "")
+            )
+        patch = f"{kind}={','.join(named)}"
+    elif patch not in ("", *PATCH_STATES):
+        raise BenchError(
+            f"environment {spec!r}: the suffix must be :patched, :unpatched, :patched-except=FIX[,...] or "
+            ":patched-only=FIX[,...]"
+        )
     p = Path(path)
     if p.is_dir():
         p = p / "bin" / "python"
@@ -382,7 +428,7 @@ def _round(r: int, total: int, a: Env, b: Env, out: Path, profile: str, repeat: 
     salt = round_salt(out, r)
     order = [("baseline", a), ("candidate", b)] if r % 2 == 0 else [("candidate", b), ("baseline", a)]
     for side, env in order:
-        if env.patch and _run(env, ["patch", "apply" if env.patch == "patched" else "revert"]) != 0:
+        if env.patch and _run(env, ["patch", *env.patch_args()]) != 0:
             raise BenchError(f"could not set {env.label()} before round {r}")
         round_dir = out / side / f"round-{r}"
         resume = (round_dir / "manifest.json").exists()  # `ab --resume`: only what that sweep lacks runs

@@ -31,8 +31,12 @@ def cmd_patch(args: argparse.Namespace) -> int:
         return 0
     install = patching.locate_vllm(args.vllm_root)
     if args.action in ("apply", "revert"):
-        run = patching.apply_series if args.action == "apply" else patching.revert_series
-        outcome = run(install, args.series, dry_run=args.dry_run)
+        if args.action == "apply":
+            outcome = patching.apply_series(
+                install, args.series, dry_run=args.dry_run, only=args.only, exclude=args.exclude
+            )
+        else:
+            outcome = patching.revert_series(install, args.series, dry_run=args.dry_run)
         if outcome.diff:
             print(outcome.diff, end="")
         print(outcome.message)
@@ -43,10 +47,14 @@ def cmd_patch(args: argparse.Namespace) -> int:
         return 0
     print(patching.format_status(report))
     if args.action == "verify":
-        skipped = patching.check_verified(report)
-        print(
-            "verified: every fix is in the code" + (f" (not applicable here: {', '.join(skipped)})" if skipped else "")
-        )
+        left_out = patching.left_out_fixes(install, args.series, args.only, args.exclude)
+        if left_out:
+            skipped = patching.check_selection(report, left_out)
+            what = f"every fix but {', '.join(left_out)} is in the code, and those are not"
+        else:
+            skipped = patching.check_verified(report)
+            what = "every fix is in the code"
+        print(f"verified: {what}" + (f" (not applicable here: {', '.join(skipped)})" if skipped else ""))
     return 0
 
 
@@ -186,15 +194,20 @@ def _profile_analyze(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     if why := result["headline"].get("step_shares_missing"):
         print(f"no decode-step shares: {why}", file=sys.stderr)
+    if (why := result["headline"].get("step_paths_missing")) and not result["headline"].get("step_shares_missing"):
+        print(f"no decode-step split by path: {why}", file=sys.stderr)
     return 0
 
 
 def _profile_shares(args: argparse.Namespace) -> int:
-    from bench.profiling.step_shares import read_shares, shares_report
+    from bench.profiling.step_paths import paths_report, read_paths
+    from bench.profiling.step_shares import analysis_folder, read_shares, shares_report
 
     if not args.file:
         raise BenchError("profile shares needs one or more analysis folders")
     text = shares_report({str(d): read_shares(d) for d in args.file})
+    by_path = {str(d): read_paths(analysis_folder(d)) for d in args.file}
+    text += paths_report({label: p for label, p in by_path.items() if p is not None})
     print(text, end="")
     if args.out:
         atomic_write_bytes(args.out / "step-shares.md", text.encode())

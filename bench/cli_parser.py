@@ -29,9 +29,9 @@ def _add_patch(sub: argparse._SubParsersAction) -> None:
     patch_sub = patch.add_subparsers(dest="action", metavar="ACTION", required=True)
     for name, text in [
         ("status", "show each fix: applied / not applied / already upstream / not applicable / cannot apply"),
-        ("apply", "apply the series for this vLLM (all or nothing)"),
+        ("apply", "apply the series for this vLLM (all or nothing), or with --only/--except a subset of its fixes"),
         ("revert", "restore the original files (checked by hash)"),
-        ("verify", "exit 0 only if every fix is applied or upstream"),
+        ("verify", "exit 0 only if every fix is applied or upstream (with --only/--except: that subset, no more)"),
     ]:
         p = patch_sub.add_parser(name, help=text)
         p.add_argument(
@@ -40,11 +40,32 @@ def _add_patch(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--series", help="patch series name (default: picked by the vLLM version)")
         if name in ("apply", "revert"):
             p.add_argument("--dry-run", action="store_true", help="show the diff, write nothing")
+        if name in ("apply", "verify"):
+            subset = p.add_mutually_exclusive_group()
+            subset.add_argument(
+                "--only",
+                type=_fix_ids,
+                metavar="FIX[,FIX...]",
+                help="only these fixes of the series: apply leaves exactly them applied (reverting the series' "
+                "others); verify checks them present and the others absent",
+            )
+            subset.add_argument(
+                "--except",
+                dest="exclude",
+                type=_fix_ids,
+                metavar="FIX[,FIX...]",
+                help="every fix of the series but these (e.g. --except dcp-spec-decode: the series without that "
+                "fix, for an A/B of it; a left-out fix applied earlier is reverted)",
+            )
         if name == "status":
             p.add_argument("--json", action="store_true", help="machine-readable output")
     manifest = patch_sub.add_parser("manifest", help="(maintainers) print a series' file hashes from a pristine tree")
     manifest.add_argument("series_dir", type=Path)
     manifest.add_argument("--pristine", type=Path, required=True, help="folder holding the unpatched vllm/")
+
+
+def _fix_ids(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
@@ -229,8 +250,9 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
     ab.add_argument(
         "--baseline",
         required=True,
-        help="ENV: a python executable or venv folder, optionally "
-        "with :patched / :unpatched to set the patch state before each of its runs",
+        help="ENV: a python executable or venv folder, optionally with :patched / :unpatched to set the patch "
+        "state before each of its runs, or :patched-except=FIX[,FIX...] / :patched-only=FIX[,FIX...] for a subset "
+        "of the series (`bench patch apply --except/--only`)",
     )
     ab.add_argument("--candidate", help="ENV (required, except with --calibrate: the baseline against itself)")
     ab.add_argument(

@@ -36,7 +36,7 @@ class AbSide(Open):
     """What `bench ab` set for one side: its interpreter, the patch state it set before each run, the variables."""
 
     python: str
-    patch: str | None = None
+    patch: str | None = None  # an ENV suffix: patched, unpatched, patched-except=FIX,..., patched-only=FIX,...
     variables: dict[str, str] = Field(default_factory=dict)
 
 
@@ -133,9 +133,19 @@ def side_facts(path: Path, names: Iterable[str] = (), found: Facts | None = None
     if ab_file.exists():
         ab = AbSide.model_validate_json(ab_file.read_text())
         values["ab: interpreter"] = {ab.python}
-        values["ab: patch state set"] = {ab.patch or "left as is"}
+        values["ab: patch state set"] = {patch_state_text(ab.patch)}
         values["ab: variables set"] = {", ".join(f"{k}={v}" for k, v in sorted(ab.variables.items())) or "none"}
     return values
+
+
+def patch_state_text(patch: str | None) -> str:
+    """An ab side's patch state as compare.md shows it: "patched", "unpatched", "patched except FIX, ...",
+    "patched with only FIX, ..." (`bench patch apply --except/--only`), or "left as is"."""
+    if not patch:
+        return "left as is"
+    kind, _, ids = patch.partition("=")
+    names = ", ".join(i for i in ids.split(",") if i)
+    return {"patched-except": f"patched except {names}", "patched-only": f"patched with only {names}"}.get(kind, patch)
 
 
 def _variable_names(found: Facts) -> set[str]:

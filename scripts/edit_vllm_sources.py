@@ -350,11 +350,18 @@ _DCP_ROWS_METHOD = '''
             self.cp_kv_cache_interleave_size,
         )
         width = block_table.shape[1]
-        if self.dcp_rows_block_table is None or (
-            self.dcp_rows_block_table.shape[1] != width
-        ):
+        if self.dcp_rows_block_table is None:
             self.dcp_rows_block_table = block_table.new_zeros(
                 (self.dcp_rows_seq_lens.shape[0], width)
+            )
+        elif self.dcp_rows_block_table.shape[1] != width:
+            # Captured FULL CUDA graphs read this buffer: a new one would leave
+            # them reading stale rows. The runners pass the block table at its
+            # full, fixed width, so a change is a bug, not a case to handle.
+            raise ValueError(
+                f"block table width changed from "
+                f"{self.dcp_rows_block_table.shape[1]} to {width}: the DCP "
+                "decode rows' persistent block table cannot be reallocated"
             )
         rows_block_table = self.dcp_rows_block_table[:num_rows]
         torch.index_select(block_table, 0, req, out=rows_block_table)

@@ -105,7 +105,10 @@ def format_status(report: dict) -> str:
         lines.append(f"  {fix['fix']:<20} {fix['state']:<17} ({probe}{detail})")
     if report["record"]:
         last = report["record"][-1]
-        lines.append(f"last recorded action: {last.get('action')} series {last.get('series')} at {last.get('time')}")
+        without = f" without {', '.join(last['left_out'])}" if last.get("left_out") else ""
+        lines.append(
+            f"last recorded action: {last.get('action')} series {last.get('series')}{without} at {last.get('time')}"
+        )
     return "\n".join(lines)
 
 
@@ -122,6 +125,59 @@ def check_verified(report: dict) -> list[str]:
     return [f["fix"] for f in report["fixes"] if f["state"] == NOT_APPLICABLE]
 
 
+def select_fixes(series: Series, only: list[str] | None = None, exclude: list[str] | None = None) -> tuple[str, ...]:
+    """The ids of the series' patch fixes that `apply` leaves applied: all of them, only `only`, or all but
+    `exclude` (in the series' order). Every id named must be one of the series' patches: a fix that is upstream or
+    not applicable on this line cannot be left out or chosen, and an unknown id is named with the known ones."""
+    if only is not None and exclude is not None:
+        raise BenchError("give --only or --except, not both")
+    patches = [f.id for f in series.fixes]
+    named = only if only is not None else exclude
+    if named is None:
+        return tuple(patches)
+    if not named:
+        raise BenchError(f"--{'only' if only is not None else 'except'} names no fix")
+    for fix_id in named:
+        if fix_id in patches:
+            continue
+        if fix_id in series.upstream:
+            why = "already upstream in this vLLM line's code (nothing to leave out or apply)"
+        elif (reason := series.not_applicable_reason(fix_id)) is not None:
+            why = f"not applicable to this vLLM line ({reason})"
+        else:
+            why = "not a fix of the series"
+        raise BenchError(f"fix {fix_id!r}: {why}; series {series.name} patches: {', '.join(patches)}")
+    return tuple(f for f in patches if (f in named) == (only is not None))
+
+
+def left_out_fixes(
+    install: VllmInstall, series_name: str | None, only: list[str] | None, exclude: list[str] | None
+) -> tuple[str, ...]:
+    """The patch fixes of the install's series that `--only` / `--except` leave out (() without either)."""
+    if only is None and exclude is None:
+        return ()
+    series = select_series(install, series_name)
+    kept = select_fixes(series, only, exclude)
+    return tuple(f.id for f in series.fixes if f.id not in kept)
+
+
+def check_selection(report: dict, left_out: tuple[str, ...]) -> list[str]:
+    """`verify --only/--except`: check_verified for every fix but those `left_out`, which must be not applied and
+    absent from the code (the subset `apply --only/--except` makes); BenchError naming each fix that is not so.
+    Returns the ids of the not-applicable fixes."""
+    kept = {**report, "fixes": [f for f in report["fixes"] if f["fix"] not in left_out]}
+    stray = [f["fix"] for f in report["fixes"] if f["fix"] in left_out and (f["state"] != NOT_APPLIED or f["in_code"])]
+    try:
+        skipped = check_verified(kept)
+    except BenchError as exc:
+        if stray:
+            raise BenchError(f"{exc}; not left out: {', '.join(stray)} present") from exc
+        raise
+    if stray:
+        raise BenchError(f"not left out: {', '.join(stray)} present in vLLM {report['vllm_version']}")
+    return skipped
+
+
 def read_record(install: VllmInstall) -> list[dict]:
     path = install.root / STATE_FILE
     try:
@@ -132,34 +188,47 @@ def read_record(install: VllmInstall) -> list[dict]:
         return [{"error": f"unreadable {path}"}]
 
 
-def _plan(install: VllmInstall, series: Series, reverse: bool) -> tuple[dict[str, tuple[str, str]], bool]:
-    """{path: (old text, new text)} for the whole series, and whether it is already in the target state.
+def _plan(install: VllmInstall, series: Series, applied: tuple[str, ...]) -> tuple[dict[str, tuple[str, str]], bool]:
+    """{path: (old text, new text)} that brings every file of the series to its fix's target (the after image for
+    the fixes in `applied`, the before image for the others), and whether all already are.
 
-    Raises BenchError naming every file whose hash is neither the series' before nor after image.
+    Raises BenchError naming every file whose hash is neither its before nor after image.
     """
-    entries = [(fh, diff) for fix in series.fixes for fh, diff in zip(fix.files, _ordered_diffs(fix))]
-    found = {fh.path: _current(install, fh.path) for fh, _ in entries}
+    entries = [(fix.id, fh, diff) for fix in series.fixes for fh, diff in zip(fix.files, _ordered_diffs(fix))]
+    owners: dict[str, list[str]] = {}
+    for fix_id, fh, _ in entries:
+        owners.setdefault(fh.path, []).append(fix_id)
+    shared = {p: ids for p, ids in owners.items() if len(ids) > 1}
+    if shared and 0 < len(applied) < len(series.fixes):
+        raise BenchError(
+            f"series {series.name}: fixes share files, so they cannot be applied apart: "
+            + "; ".join(f"{p} ({', '.join(ids)})" for p, ids in shared.items())
+        )
+    found = {fh.path: _current(install, fh.path) for _, fh, _ in entries}
     missing = [p for p, t in found.items() if t is None]
     if missing:
         raise BenchError(f"series {series.name}: target file missing in {install.base}: {', '.join(missing)}")
     texts = {p: t for p, t in found.items() if t is not None}
-    source, target = ("after", "before") if reverse else ("before", "after")
     hashes = {p: sha256_text(t) for p, t in texts.items()}
-    if all(hashes[fh.path] == getattr(fh, target) for fh, _ in entries):
-        return {}, True
-    bad = [fh.path for fh, _ in entries if hashes[fh.path] != getattr(fh, source)]
+    bad = [fh.path for _, fh, _ in entries if hashes[fh.path] not in (fh.before, fh.after)]
     if bad:
         raise BenchError(
             f"series {series.name}: file modified locally (hash mismatch), nothing changed: {', '.join(bad)}"
         )
     plan = {}
-    for fh, diff in entries:
-        new = apply_file_diff(texts[fh.path], diff.reversed() if reverse else diff)
-        if sha256_text(new) != getattr(fh, target):
-            raise BenchError(f"series {series.name}: {fh.path} does not reach the manifest's {target} hash")
+    for fix_id, fh, diff in entries:
+        forward = fix_id in applied
+        target = fh.after if forward else fh.before
+        if hashes[fh.path] == target:
+            continue
+        new = apply_file_diff(texts[fh.path], diff if forward else diff.reversed())
+        if sha256_text(new) != target:
+            raise BenchError(
+                f"series {series.name}: {fh.path} does not reach the manifest's {'after' if forward else 'before'} hash"
+            )
         compile(new, str(install.base / fh.path), "exec")
         plan[fh.path] = (texts[fh.path], new)
-    return plan, False
+    return plan, not plan
 
 
 def _ordered_diffs(fix):
@@ -206,18 +275,21 @@ def _atomic_write(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode=path.stat().st_mode & 0o7777)
 
 
-def _record(install: VllmInstall, series: Series, action: str, plan: dict[str, tuple[str, str]]) -> None:
+def _record(
+    install: VllmInstall, series: Series, action: str, plan: dict[str, tuple[str, str]], applied: tuple[str, ...]
+) -> None:
     entries = read_record(install)
-    entries.append(
-        {
-            "action": action,
-            "series": series.name,
-            "vllm_version": install.version,
-            "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "fixes": [f.id for f in series.fixes],
-            "files": {rel: {"before": sha256_text(old), "after": sha256_text(new)} for rel, (old, new) in plan.items()},
-        }
-    )
+    entry = {
+        "action": action,
+        "series": series.name,
+        "vllm_version": install.version,
+        "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "fixes": [f.id for f in series.fixes],
+        "files": {rel: {"before": sha256_text(old), "after": sha256_text(new)} for rel, (old, new) in plan.items()},
+    }
+    if action == "apply" and len(applied) < len(series.fixes):  # `apply --only/--except`: a subset
+        entry["left_out"] = [f.id for f in series.fixes if f.id not in applied]
+    entries.append(entry)
     atomic_write_bytes(install.root / STATE_FILE, (json.dumps(entries, indent=2) + "\n").encode("utf-8"))
 
 
@@ -228,27 +300,50 @@ class Outcome:
     diff: str = ""
 
 
-def _run(install: VllmInstall, series_name: str | None, reverse: bool, dry_run: bool) -> Outcome:
+def _run(
+    install: VllmInstall,
+    series_name: str | None,
+    reverse: bool,
+    dry_run: bool,
+    only: list[str] | None = None,
+    exclude: list[str] | None = None,
+) -> Outcome:
     series = select_series(install, series_name)
     if not series.supports(install) and series_name is not None:
         raise BenchError(unsupported_message(install, [series]))
     if not series.fixes:
         return Outcome(False, f"series {series.name} has nothing to apply")
-    plan, done = _plan(install, series, reverse)
+    applied = () if reverse else select_fixes(series, only, exclude)
+    subset = not reverse and len(applied) < len(series.fixes)
+    left_out = [f.id for f in series.fixes if f.id not in applied]
+    what = f"series {series.name}" + (f" without {', '.join(left_out)}" if subset else "")
+    plan, done = _plan(install, series, applied)
     verb = "reverted" if reverse else "applied"
     if done:
-        return Outcome(False, f"series {series.name} already {verb}: nothing to do")
-    diff = "".join(f.patch.read_text() for f in series.fixes) if not reverse else ""
+        return Outcome(False, f"{what} already {verb}: nothing to do")
+    changed = [f for f in series.fixes if any(fh.path in plan for fh in f.files)]
+    diff = "".join(f.patch.read_text() for f in changed if f.id in applied)
+    parts = ", ".join(f"{f.id} {'applied' if f.id in applied else 'reverted'}" for f in changed)
     if dry_run:
-        return Outcome(False, f"dry run: series {series.name} would be {verb} to {len(plan)} files", diff)
+        how = f"set ({parts})" if subset else verb
+        return Outcome(False, f"dry run: {what} would be {how} to {len(plan)} files", diff)
+    summary = f"{what} set ({parts})" if subset else f"{what} {verb}"
     _check_writable(install, list(plan))
     _write_all(install, plan)
-    _record(install, series, "revert" if reverse else "apply", plan)
-    return Outcome(True, f"series {series.name} {verb}: {', '.join(plan)}")
+    _record(install, series, "revert" if reverse else "apply", plan, applied)
+    return Outcome(True, f"{summary}: {', '.join(plan)}")
 
 
-def apply_series(install: VllmInstall, series_name: str | None = None, dry_run: bool = False) -> Outcome:
-    return _run(install, series_name, reverse=False, dry_run=dry_run)
+def apply_series(
+    install: VllmInstall,
+    series_name: str | None = None,
+    dry_run: bool = False,
+    only: list[str] | None = None,
+    exclude: list[str] | None = None,
+) -> Outcome:
+    """Apply the series, or with `only` / `exclude` a subset of its fixes: the install ends with exactly those
+    applied, the series' other patches reverted (a fix applied earlier and now left out is taken back)."""
+    return _run(install, series_name, reverse=False, dry_run=dry_run, only=only, exclude=exclude)
 
 
 def revert_series(install: VllmInstall, series_name: str | None = None, dry_run: bool = False) -> Outcome:
@@ -273,9 +368,12 @@ def build_manifest_hashes(series_folder: Path, pristine_base: Path) -> str:
 __all__ = [
     "apply_series",
     "build_manifest_hashes",
+    "check_selection",
     "check_verified",
     "fix_statuses",
     "format_status",
+    "left_out_fixes",
     "patch_report",
     "revert_series",
+    "select_fixes",
 ]

@@ -50,7 +50,7 @@ from bench.errors import BenchError
 from bench.files import atomic_write_bytes, atomic_write_table
 from bench.profiling import nsys_readers as rd
 from bench.profiling import nsys_sqlite as db
-from bench.profiling import step_shares
+from bench.profiling import step_paths, step_shares
 from bench.profiling.nsys_attribution import attribute, kernel_breakdown, scan_calls
 from bench.profiling.nsys_readers import range_label
 from bench.profiling.plot import ChartInChild
@@ -68,6 +68,8 @@ class NsysAnalysis:
     summary: pd.DataFrame
     meta: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # decode steps by path (step_paths: needs BENCH_NVTX_ATTENTION=1's ranges; else why_none says why)
+    paths: step_paths.StepPaths | None = None
 
 
 def analyze_file(path: str | Path, **load_kwargs) -> NsysAnalysis:
@@ -97,11 +99,17 @@ def analyze_export(export: db.NsysExport) -> NsysAnalysis:
     ranges, pairs, acts = attribute(ranges, scan, acts)
     kernels = kernel_breakdown(ranges, pairs, acts)
     summary = summarize_ranges(ranges)
+    paths = step_paths.by_path(ranges, acts, pairs)
     t2 = time.perf_counter()
     meta = _meta(export, ranges, pairs, open_ranges)
+    meta["step_paths"] = {
+        "decode_steps": paths.decode_steps,
+        "without_attention": paths.without_attention,
+        "why_none": paths.why_none,
+    }
     meta["timing_s"] = {"read_s": round(t1 - t0, 3), "attribute_s": round(t2 - t1, 3)}
     warnings = _warnings(export, ranges, open_ranges, pids, scan.last_start)
-    return NsysAnalysis(ranges=ranges, kernels=kernels, summary=summary, meta=meta, warnings=warnings)
+    return NsysAnalysis(ranges=ranges, kernels=kernels, summary=summary, meta=meta, warnings=warnings, paths=paths)
 
 
 def summarize_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
@@ -241,6 +249,13 @@ def analyze(path: str | Path, out_dir: str | Path, *, plot: bool = True, verify:
         if shares.table is not None:
             paths["step_shares_csv"] = Path(out_dir) / "nsys_step_shares.csv"
             atomic_write_table(paths["step_shares_csv"], shares.table)
+        by_path = result.paths
+        if by_path is not None:
+            paths["step_paths_md"] = Path(out_dir) / "nsys_step_paths.md"
+            atomic_write_bytes(paths["step_paths_md"], step_paths.paths_markdown(by_path).encode())
+            if by_path.steps is not None:
+                paths["step_paths_csv"] = Path(out_dir) / "nsys_step_paths.csv"
+                atomic_write_table(paths["step_paths_csv"], by_path.steps)
         if chart is not None:
             paths["plot_png"] = chart.wait()
     s = result.summary
@@ -266,6 +281,10 @@ def analyze(path: str | Path, out_dir: str | Path, *, plot: bool = True, verify:
             "decode_steps": shares.decode,
             "step_shares": None if shares.table is None else shares.table.round(6).to_dict("records"),
             "step_shares_missing": shares.why_none,
+            "step_paths": None
+            if by_path is None or by_path.table is None
+            else by_path.table.drop(columns="what").round(6).to_dict("records"),
+            "step_paths_missing": None if by_path is None else by_path.why_none,
         },
         "warnings": result.warnings,
         "timing_s": {**result.meta.get("timing_s", {}), "total_s": round(time.perf_counter() - t0, 3)},

@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the real imports are in activate(): an inactive plugin load
 ENV_NVTX = "BENCH_NVTX"
 ENV_TIMING = "BENCH_TIMING"
 ENV_TIMING_DIR = "BENCH_TIMING_DIR"
+ENV_NVTX_ATTENTION = "BENCH_NVTX_ATTENTION"  # 1: also the MLA attention's path rows (targets.ATTENTION_ENV)
 ENV_TIMING_FLUSH = "BENCH_TIMING_FLUSH_S"  # seconds between writes of the timing file (default 0: every step)
 ENV_EFFECTIVE_DIR = "BENCH_EFFECTIVE_DIR"  # folder of the effective-configuration records (unset: no record)
 ENV_DCP_LOOPBACK = "BENCH_DCP_LOOPBACK"  # N: a loopback DCP group of N ranks (dcp_loopback.ENV; unset: none)
@@ -85,10 +86,12 @@ def activate(
     extra: str | None = None,
     flush_s: float | None = None,
     env: dict[str, str] | None = None,
+    attention: bool = False,
 ) -> Profiler:
     """Set up wrapping in this process (what `register()` does with settings from the environment).
 
-    `rows` replaces the version's table (tests); `extra` is BENCH_NVTX_EXTRA_TARGETS."""
+    `rows` replaces the version's table (tests); `extra` is BENCH_NVTX_EXTRA_TARGETS; `attention`
+    (BENCH_NVTX_ATTENTION=1) keeps the table's attention-path rows, which are left out otherwise."""
     global _PROFILER
     if _PROFILER is not None:
         return _PROFILER
@@ -99,7 +102,10 @@ def activate(
     version = version or vllm_version()
     recorder = _recorder(timing_dir, version, flush_s) if timing else None
     line, exact = targets.line_for(version)
-    rows = list(targets.TABLES[line]) if rows is None else list(rows)
+    if rows is None:
+        rows = [r for r in targets.TABLES[line] if attention or r.runner != targets.ATTENTION_RUNNER]
+    else:
+        rows = list(rows)
     prof = Profiler(rows=rows + _extra_rows(extra), domain=domain, recorder=recorder, version=version, line=line)
     _PROFILER = prof
     if not exact:
@@ -111,11 +117,12 @@ def activate(
         )
     _install(prof)
     logger.info(
-        "bench profiling active in pid %d: nvtx=%s timing=%s vLLM %s (table %s): %d rows, %d wrapped "
-        "now, %d modules watched, %d missing",
+        "bench profiling active in pid %d: nvtx=%s timing=%s attention=%s vLLM %s (table %s): %d rows, %d "
+        "wrapped now, %d modules watched, %d missing",
         os.getpid(),
         nvtx_state,
         recorder.out_dir if recorder is not None else "off",
+        "on" if attention else "off",
         version,
         line,
         len(prof.rows),
@@ -268,6 +275,7 @@ def register() -> None:
             timing_dir=os.environ.get(ENV_TIMING_DIR) or None,
             extra=os.environ.get(EXTRA_TARGETS_ENV),
             flush_s=float(flush) if flush else None,
+            attention=_flag(ENV_NVTX_ATTENTION),
         )
     except Exception:
         logger.exception("bench profiling: plugin failed to register; vLLM runs without its ranges")

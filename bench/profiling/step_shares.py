@@ -40,7 +40,7 @@ RANGE_COLUMNS = ["global_tid", "name", "start_ns", "end_ns", "cpu_ns", "gpu_busy
 MARKER = re.compile(r"execute_context_\d+\(\d+\)_generation_\d+\(")
 
 
-def _enclosing(step_start: np.ndarray, step_end: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def enclosing(step_start: np.ndarray, step_end: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Index of the step (sorted, non-overlapping on one thread) holding each range, -1 for none."""
     idx = np.searchsorted(step_start, start, side="right") - 1
     ok = (idx >= 0) & (end <= step_end[np.clip(idx, 0, None)])
@@ -58,7 +58,7 @@ def decode_steps(ranges: pd.DataFrame) -> pd.DataFrame:
             continue
         s0, s1 = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
         nested = thread[thread["name"] != STEP]
-        where = _enclosing(s0, s1, nested["start_ns"].to_numpy(np.int64), nested["end_ns"].to_numpy(np.int64))
+        where = enclosing(s0, s1, nested["start_ns"].to_numpy(np.int64), nested["end_ns"].to_numpy(np.int64))
         decode = np.zeros(len(steps), bool)
         decode[where[(where >= 0) & nested["name"].str.match(DECODE).to_numpy()]] = True
         frame = pd.DataFrame(
@@ -74,6 +74,25 @@ def decode_steps(ranges: pd.DataFrame) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=columns)
     return pd.concat(frames, ignore_index=True)[columns]
+
+
+def decode_step_positions(ranges: pd.DataFrame) -> np.ndarray:
+    """Positions (in `ranges`, ascending) of the decode steps `decode_steps` keeps: the engine steps that hold a
+    decode-only `execute_context` range on their thread and launched GPU work."""
+    names = ranges["name"].astype(str).to_numpy()
+    tids = ranges["global_tid"].to_numpy(np.int64)
+    starts, ends = ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)
+    marker = pd.Series(names).str.match(DECODE).to_numpy()
+    keep: list[np.ndarray] = []
+    for tid in np.unique(tids[names == STEP]):
+        steps = np.flatnonzero((tids == tid) & (names == STEP))
+        steps = steps[np.argsort(starts[steps], kind="stable")]
+        marks = np.flatnonzero((tids == tid) & marker)
+        where = enclosing(starts[steps], ends[steps], starts[marks], ends[marks])
+        decode = np.zeros(len(steps), bool)
+        decode[where[where >= 0]] = True
+        keep.append(steps[decode & (ranges["gpu_busy_ns"].to_numpy()[steps] > 0)])
+    return np.sort(np.concatenate(keep)) if keep else np.zeros(0, np.int64)
 
 
 def why_no_steps(ranges: pd.DataFrame) -> str:

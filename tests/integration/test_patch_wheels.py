@@ -218,7 +218,8 @@ ROW_CASES = [
 def test_patched_flashmla_rows_match_the_reference_on_every_rank(vllm_copy, tmp_path):
     """The patched module's own per-token rows (the function and the builder method, run on CPU tensors) give
     every query token the request and DCP-local length bench.dcp_local brute-force-checks, for every rank,
-    padding rows length 0, block-table rows copied from their request, in the builder's persistent buffers."""
+    padding rows length 0, block-table rows copied from their request, in the builder's persistent buffers, which a
+    block table of another width does not replace (an error: captured FULL CUDA graphs read them)."""
     version, base = vllm_copy
     apply_series(locate_vllm(base))
     cases = [{**c, "rank": r} for c in ROW_CASES for r in range(c["size"])]
@@ -246,6 +247,9 @@ def test_patched_flashmla_rows_match_the_reference_on_every_rank(vllm_copy, tmp_
             got["too_many_rows"]
             == f"{case['num_rows'] + 4} DCP decode rows exceed the {case['num_rows'] + 3} allocated"
         )
+        assert got["width_change"] == (
+            "block table width changed from 5 to 6: the DCP decode rows' persistent block table cannot be reallocated"
+        )
 
 
 def test_unpatched_flashmla_has_no_rows(vllm_copy):
@@ -254,3 +258,147 @@ def test_unpatched_flashmla_has_no_rows(vllm_copy):
     assert "dcp_spec_decode_rows" not in text and "num_decodes = attn_metadata.num_decodes" in text
     fix = next(f for f in patch_report(locate_vllm(base))["fixes"] if f["fix"] == "dcp-spec-decode")
     assert fix["in_code"] is False and fix["state"] == "not applied"
+
+
+# The metadata builder's __init__ (tests/helpers/flashmla_builder_probe.py: the real FlashMLA, MLA-common and
+# reorder-threshold initialisers with a stand-in config and DCP group), per case: the reorder threshold patched on
+# 0.26 and 0.33, and unpatched; the per-row buffers' rows (max_num_seqs 16 x threshold) where the patch lifts it.
+# parallel_drafting: 0.26 counts 1 + 2k; 0.33 counts 1 + 2k on the V1 runner only (max_decode_query_len).
+BUILDER_CASES = [
+    # (case, patched threshold {0.26, 0.33}, unpatched threshold)
+    ({"dcp": 2, "group": 2, "rank": 1, "k": 3}, {"0.26.0": 4, "0.33.0": 4}, 1),
+    ({"dcp": 8, "group": 8, "rank": 5, "k": 3, "parallel_drafting": True}, {"0.26.0": 7, "0.33.0": 4}, 1),
+    (
+        {"dcp": 8, "group": 8, "rank": 7, "k": 3, "parallel_drafting": True, "v2_runner": False},
+        {"0.26.0": 7, "0.33.0": 7},
+        1,
+    ),
+    ({"dcp": 4, "group": 4, "rank": 3, "k": 1, "graphs": "PIECEWISE"}, {"0.26.0": 2, "0.33.0": 2}, 1),
+    ({"dcp": 2, "group": 2, "rank": 0, "k": 3, "cache_dtype": "auto"}, {"0.26.0": 4, "0.33.0": 4}, 1),
+    # no rows: no speculative decoding; DCP 1; a group of one (a draft replicated at DCP 1); PCP
+    ({"dcp": 2, "group": 2, "rank": 0, "k": None}, {"0.26.0": 1, "0.33.0": 1}, 1),
+    ({"dcp": 1, "group": 1, "rank": 0, "k": 3}, {"0.26.0": 128, "0.33.0": 128}, 128),
+    ({"dcp": 2, "group": 1, "rank": 0, "k": 3}, {"0.26.0": 1, "0.33.0": 1}, 1),
+    ({"dcp": 2, "group": 2, "rank": 1, "k": 3, "pcp": 2}, {"0.26.0": 1, "0.33.0": 1}, 1),
+]
+BUILDER_DEFAULTS = {
+    "pcp": 1,
+    "parallel_drafting": False,
+    "v2_runner": True,
+    "graphs": "FULL_AND_PIECEWISE",
+    "cache_dtype": "fp8",
+}
+
+
+def builder_probe(base, tmp_path, cases):
+    proc = subprocess.run(
+        [sys.executable, str(HELPERS / "flashmla_builder_probe.py"), json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env={**vllm_env(tmp_path), "PYTHONPATH": str(base)},
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["flashmla_file"].startswith(str(base)) and out["max_num_seqs"] == 16
+    return out
+
+
+def test_flashmla_builder_init_lifts_the_threshold_and_sizes_the_rows(vllm_copy, tmp_path):
+    """The patched FlashMLAMetadataBuilder.__init__, run for real on CPU: under DCP with speculative decoding it
+    takes the spec-as-decode threshold 1 + k (not DCP's forced 1), learns its DCP rank, and sizes the persistent
+    per-row lengths (int32) and the FULL-graph `cg_buf_num_splits` for max_num_seqs x threshold rows (+ 1); the
+    block-table buffer waits for the first build. Without speculative decoding, at DCP 1, in a DCP group of one or
+    with PCP, nothing changes. The unpatched builder, the control, keeps threshold 1 under DCP."""
+    version, base = vllm_copy
+    cases = [{**BUILDER_DEFAULTS, **case} for case, _, _ in BUILDER_CASES]
+    unpatched = builder_probe(base, tmp_path, cases)
+    apply_series(locate_vllm(base))
+    patched = builder_probe(base, tmp_path, cases)
+    assert patched["vllm_version"] == unpatched["vllm_version"] == version
+    for (case, want, want_unpatched), full, got, before in zip(
+        BUILDER_CASES, cases, patched["results"], unpatched["results"], strict=True
+    ):
+        threshold = want[version]
+        assert (got["threshold"], before["threshold"]) == (threshold, want_unpatched), case
+        assert before["dcp_spec_decode"] is None and before["rows_seq_lens"] is None, case
+        assert got["dcp_world_size"] == before["dcp_world_size"] == full["group"]
+        assert got["is_fp8_kvcache"] == (full["cache_dtype"] == "fp8")
+        full_graphs = full["graphs"] != "PIECEWISE"
+        lifted = full["dcp"] > 1 and full["group"] > 1 and full["k"] is not None and full["pcp"] == 1
+        assert got["dcp_spec_decode"] is lifted, case
+        if lifted:
+            assert threshold == 1 + case["k"] * (2 if threshold > 1 + case["k"] else 1)
+            assert got["dcp_rank"] == full["rank"]
+            assert (got["rows_seq_lens"], got["rows_dtype"]) == ([16 * threshold], "torch.int32")
+            assert got["rows_block_table"] is None
+            assert got["num_splits"] == ([16 * threshold + 1] if full_graphs else None)
+        else:
+            assert got["rows_seq_lens"] is None and got["dcp_rank"] is None
+            assert got["num_splits"] == ([17] if full_graphs else None)
+        assert before["num_splits"] == ([17] if full_graphs else None)
+
+
+def test_a_subset_of_the_series_applies_verifies_and_reverts(wheel_026, tmp_path, capsys):
+    """`apply --except dcp-spec-decode` on the real 0.26.0 wheel: the other two fixes applied, that one not (status
+    per fix, verify of the subset, the record); a full apply then adds only it; the subset again takes only it back;
+    `--only` picks; revert restores byte-identical originals. The A/B of issue 39 item 5 switches between these."""
+    base = copy_tree(wheel_026, tmp_path / "site")
+    pristine = tree_bytes(base)
+    flashmla_file = base / "vllm/v1/attention/backends/mla/flashmla.py"
+    root = ["--vllm-root", str(base)]
+    assert main(["patch", "apply", "--except", "dcp-spec-decode", *root]) == 0
+    out = capsys.readouterr().out
+    assert "series 0.26 without dcp-spec-decode set (draft-overrides applied, dcp-draft-seq-lens applied)" in out
+    want = {"draft-overrides": "applied", "dcp-draft-seq-lens": "applied", "dcp-spec-decode": "not applied"}
+    assert states(base) == want
+    assert flashmla_file.read_bytes() == pristine["vllm/v1/attention/backends/mla/flashmla.py"]
+    assert main(["patch", "status", *root]) == 0
+    out = capsys.readouterr().out
+    assert "dcp-spec-decode      not applied       (code lacks it)" in out
+    assert "last recorded action: apply series 0.26 without dcp-spec-decode at" in out
+    record = json.loads((base / "vllm" / manager.STATE_FILE).read_text())
+    assert record[-1]["left_out"] == ["dcp-spec-decode"] and record[-1]["action"] == "apply"
+    assert main(["patch", "verify", "--except", "dcp-spec-decode", *root]) == 0
+    assert "verified: every fix but dcp-spec-decode is in the code, and those are not" in capsys.readouterr().out
+    assert main(["patch", "verify", *root]) == 1  # the whole series is not there
+    assert "not verified: dcp-spec-decode" in capsys.readouterr().err
+
+    full = apply_series(locate_vllm(base))
+    assert full.changed and full.message == "series 0.26 applied: vllm/v1/attention/backends/mla/flashmla.py"
+    assert main(["patch", "verify", "--except", "dcp-spec-decode", *root]) == 1
+    assert "not left out: dcp-spec-decode present" in capsys.readouterr().err
+    again = apply_series(locate_vllm(base), exclude=["dcp-spec-decode"])
+    assert again.message == (
+        "series 0.26 without dcp-spec-decode set (dcp-spec-decode reverted): vllm/v1/attention/backends/mla/flashmla.py"
+    )
+    assert states(base) == want
+    same = apply_series(locate_vllm(base), exclude=["dcp-spec-decode"])
+    assert not same.changed and "already applied: nothing to do" in same.message
+
+    apply_series(locate_vllm(base), only=["dcp-spec-decode"])
+    assert states(base) == {
+        "draft-overrides": "not applied",
+        "dcp-draft-seq-lens": "not applied",
+        "dcp-spec-decode": "applied",
+    }
+    assert revert_series(locate_vllm(base)).changed
+    now = tree_bytes(base)
+    now.pop(f"vllm/{manager.STATE_FILE}")
+    assert now == pristine, "revert after subsets must restore byte-identical originals"
+
+
+def test_a_subset_naming_a_fix_the_series_does_not_patch_is_refused(wheel_033, tmp_path, capsys):
+    """On 0.33, dcp-draft-seq-lens is upstream: it cannot be left out, and a typo is named with the series'
+    patches; nothing is written."""
+    base = copy_tree(wheel_033, tmp_path / "site")
+    pristine = tree_bytes(base)
+    with pytest.raises(BenchError, match="fix 'dcp-draft-seq-lens': already upstream"):
+        apply_series(locate_vllm(base), exclude=["dcp-draft-seq-lens"])
+    with pytest.raises(BenchError, match="fix 'dcp-spec': not a fix of the series; series 0.33 patches: draft-overr"):
+        apply_series(locate_vllm(base), only=["dcp-spec"])
+    with pytest.raises(SystemExit):  # argparse: --only and --except exclude each other
+        main(["patch", "apply", "--only", "draft-overrides", "--except", "dcp-spec-decode", "--vllm-root", str(base)])
+    assert "not allowed with argument" in capsys.readouterr().err
+    assert tree_bytes(base) == pristine

@@ -36,6 +36,7 @@ ENV_KEYS = (
     plugin.ENV_NVTX,
     plugin.ENV_TIMING,
     plugin.ENV_TIMING_DIR,
+    plugin.ENV_NVTX_ATTENTION,
     plugin.ENV_EFFECTIVE_DIR,
     wrapping.ENV_WARNED,
     targets.EXTRA_TARGETS_ENV,
@@ -94,6 +95,18 @@ def fake_pkg(tmp_path, monkeypatch):
             pass
     """)
     )
+    # Shaped like mla_attention: a module-level function called by name, and one imported by name from elsewhere.
+    (pkg / "ops.py").write_text("def combine(x):\n    return x * 10\n")
+    (pkg / "attn.py").write_text(
+        textwrap.dedent("""
+        from .ops import combine
+        def reorg(x):
+            return x + 1
+        class Layer:
+            def forward(self, x):
+                return combine(reorg(x))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     yield name
     for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
@@ -119,9 +132,46 @@ def test_every_line_has_the_required_ranges_and_well_formed_rows():
         assert {r.range for r in rows} >= REQUIRED, line
         for row in rows:
             assert row.range in targets.RANGE_NAMES and row.range.startswith(f"{targets.DOMAIN}.")
-            assert row.module.startswith("vllm.") and row.attrs and all("." in a for a in row.attrs)
+            assert row.module.startswith("vllm.") or row.module == "bench.profiling.dcp_loopback", row
+            # Class.method, or (attention rows only) a module-level function called by name from its module
+            assert row.attrs and all("." in a or row.runner == targets.ATTENTION_RUNNER for a in row.attrs), row
+            assert (row.range in targets.ATTENTION_RANGES) == (row.runner == targets.ATTENTION_RUNNER), row
         keys = [(r.module, r.attrs) for r in rows]
         assert len(keys) == len(set(keys)), f"duplicate rows in {line}"
+
+
+def test_every_range_is_a_row_of_each_line_or_declared_absent_with_a_reason():
+    assert set(targets.ABSENT) == set(targets.TABLES)
+    for line, rows in targets.TABLES.items():
+        present = {r.range for r in rows}
+        absent = targets.ABSENT[line]
+        assert not present & set(absent), f"{line}: declared absent but has rows: {present & set(absent)}"
+        assert present | set(absent) == set(targets.RANGE_NAMES), f"{line}: {set(targets.RANGE_NAMES) - present}"
+        assert all(why.strip() for why in absent.values()), line
+    assert targets.ATTN_DCP_COMBINE in targets.ABSENT["0.33"] and not targets.ABSENT["0.26"]
+
+
+def test_attention_rows_follow_vllm_026s_mla_code():
+    """The paths issue 39 separates, by the names 0.26.0's mla_attention.py gives them (checked against the wheel
+    in test_table_matches_real_wheels): each range's rows, as (module tail, attribute)."""
+
+    def rows(line, name):
+        return {(r.module.rsplit(".", 1)[-1], r.attrs) for r in targets.TABLES[line] if r.range == name}
+
+    assert rows("0.26", targets.ATTN_LAYER) == {("mla_attention", ("MLAAttention.forward_impl",))}
+    assert rows("0.26", targets.ATTN_PREFILL) == {("mla_attention", ("MLACommonBaseImpl.forward_mha",))}
+    assert rows("0.26", targets.ATTN_PREFILL_CONTEXT) == {
+        ("mla_attention", ("MLACommonBaseImpl._context_parallel_compute_prefill_context",)),
+        ("mla_attention", ("MLACommonBaseImpl._compute_prefill_context",)),
+    }
+    assert rows("0.26", targets.ATTN_REORG) == {("mla_attention", ("reorg_kvcache",))}
+    assert ("flashmla", ("FlashMLAImpl.forward_mqa",)) in rows("0.26", targets.ATTN_DECODE)
+    assert rows("0.26", targets.ATTN_DCP_COMBINE) == {("mla_attention", ("cp_lse_ag_out_rs",))}
+    assert {a for _, (a,) in rows("0.26", targets.DCP_COLLECTIVE)} == {
+        "LoopbackGroup.all_gather",
+        "LoopbackGroup.reduce_scatter",
+        "LoopbackGroup.all_reduce",
+    }
 
 
 def test_draft_metadata_rows_follow_the_rename():
@@ -171,8 +221,12 @@ def test_extra_targets_parse():
 
 
 def defined_in_source(root: Path, module: str, qualname: str, seen=()) -> bool:
-    """Whether class.attr is defined in `module` under root (following base classes by their imports),
-    read with ast: no vLLM import, so 0.26/0.33 sources can be checked on a CPU machine."""
+    """Whether class.attr is defined in `module` under root (following base classes by their imports), or, for a
+    bare name, whether the module defines that function or imports it by that name from a module that does; read
+    with ast: no vLLM import, so 0.26/0.33 sources can be checked on a CPU machine. The suite's own module (the
+    loopback group) is read from this repository."""
+    if module.startswith("bench."):
+        root = REPO
     path = root.joinpath(*module.split("."))
     path = path.with_suffix(".py") if path.with_suffix(".py").is_file() else path / "__init__.py"
     if not path.is_file():
@@ -181,6 +235,17 @@ def defined_in_source(root: Path, module: str, qualname: str, seen=()) -> bool:
     imported = {
         a.asname or a.name: n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module for a in n.names
     }
+    if "." not in qualname:  # a module-level function
+        if any(isinstance(n, ast.FunctionDef) and n.name == qualname for n in tree.body):
+            return True
+        source = next(
+            (a.name, n.module)
+            for n in tree.body
+            if isinstance(n, ast.ImportFrom) and n.module
+            for a in n.names
+            if (a.asname or a.name) == qualname
+        ) if qualname in imported else None  # fmt: skip
+        return source is not None and defined_in_source(root, source[1], source[0], seen + (qualname,))
     cls, attr = qualname.split(".")
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == cls:
@@ -335,6 +400,57 @@ def test_wraps_on_import_and_records(fake_pkg, tmp_path):
         "bench.t.build",
     ]  # the raising call is recorded too
     assert (df["pid"] == os.getpid()).all() and (df["cpu_ns"] > 0).all()
+
+
+def test_module_level_functions_called_by_name_are_wrapped_in_their_callers_module(fake_pkg, tmp_path):
+    """reorg_kvcache (defined in mla_attention) and cp_lse_ag_out_rs (imported into it by name) are rows on
+    mla_attention's own names: the method that calls them looks them up there at call time."""
+    mod = f"{fake_pkg}.attn"
+    rows = [
+        targets.Target("bench.t.reorg", mod, ("reorg",), targets.ATTENTION_RUNNER),
+        targets.Target("bench.t.combine", mod, ("combine",), targets.ATTENTION_RUNNER),
+    ]
+    prof = plugin.activate(nvtx=False, timing=True, timing_dir=tmp_path, version="0.26.0", rows=rows)
+    attn = importlib.import_module(mod)
+    ops = importlib.import_module(f"{fake_pkg}.ops")
+    assert attn.Layer().forward(1) == 20
+    assert not hasattr(ops.combine, wrapping.MARK), "only the caller's module name is wrapped"
+    assert getattr(attn.combine, wrapping.MARK) == "bench.t.combine" and not prof.missing
+    prof.recorder.close()
+    assert sorted(timing.load_timing_dir(tmp_path)["name"]) == ["bench.t.combine", "bench.t.reorg"]
+    plugin.deactivate()
+    assert attn.reorg.__name__ == "reorg" and not hasattr(attn.reorg, wrapping.MARK), "restored"
+
+
+def test_attention_rows_only_with_bench_nvtx_attention(monkeypatch):
+    def ranges(**kw):
+        plugin.deactivate()
+        prof = plugin.activate(nvtx=True, timing=False, version="0.26.0", **kw)
+        return {r.range for r in prof.rows}
+
+    off, on = ranges(), ranges(attention=True)
+    assert not off & set(targets.ATTENTION_RANGES) and off >= REQUIRED
+    assert on == off | set(targets.ATTENTION_RANGES)
+    plugin.deactivate()
+    monkeypatch.setenv(plugin.ENV_NVTX, "1")
+    monkeypatch.setenv(plugin.ENV_NVTX_ATTENTION, "1")
+    monkeypatch.setattr(plugin, "vllm_version", lambda: "0.26.0")
+    plugin.register()
+    assert plugin._PROFILER is not None and {r.range for r in plugin._PROFILER.rows} == on
+
+
+def test_the_loopback_groups_collectives_are_timed(tmp_path):
+    from bench.profiling import dcp_loopback
+
+    rows = [r for r in targets.TABLES["0.26"] if r.range == targets.DCP_COLLECTIVE]
+    prof = plugin.activate(nvtx=False, timing=True, timing_dir=tmp_path, version="0.26.0", rows=rows)
+    assert len(prof.wrapped) == 3 and not prof.waiting, "the module was imported: wrapped at once"
+    group = dcp_loopback.LoopbackGroup(inner=None, world_size=1)
+    before = dcp_loopback.CALLS.copy()
+    assert group.all_gather("x") == "x" and group.reduce_scatter("y") == "y" and group.all_reduce("z") == "z"
+    assert dcp_loopback.CALLS - before == {"all_gather": 1, "reduce_scatter": 1, "all_reduce": 1}  # originals ran
+    prof.recorder.close()
+    assert list(timing.load_timing_dir(tmp_path)["name"]) == [targets.DCP_COLLECTIVE] * 3
 
 
 def test_wraps_already_imported_modules_at_once(fake_pkg, tmp_path):
