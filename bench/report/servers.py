@@ -31,7 +31,11 @@ LOG_FIGURES: dict[str, re.Pattern[str]] = {
 }
 _START = "# bench: "  # bench.server's first line of each start in the log
 # torch.compile in one start: it compiled a graph, or loaded them from vLLM's compile cache (a start's speed could
-# depend on which: docs/measurement.md); neither line: eager, or a start that died first
+# depend on which: docs/measurement.md); neither line: eager, or a start that died first. Judged per compiled unit
+# (the target, the draft: each ends at vLLM's "torch.compile took" line), because vLLM 0.26 logs "Compiling a graph
+# ... takes 2 s" also for a unit it then loads from its AOT cache, and "saved AOT compiled function" also for one
+# whose graphs it loaded from the cache.
+COMPILE_UNIT_END = re.compile(r"torch\.compile took [\d.]+ s in total")
 COMPILED = re.compile(r"Compiling a graph for ")
 CACHE_LOADED = re.compile(r"Directly load (?:AOT compilation|the compiled graph)")
 
@@ -92,11 +96,18 @@ def server_table(sweep_dir: Path, records: dict[str, PointRecord]) -> pd.DataFra
 
 
 def compile_state(start_log: str) -> str | None:
-    """How torch.compile ran in one start's log: "compiled" (it compiled at least one graph), "cache-loaded" (it
-    loaded them from vLLM's compile cache and compiled none), None (neither logged)."""
-    if COMPILED.search(start_log):
-        return "compiled"
-    return "cache-loaded" if CACHE_LOADED.search(start_log) else None
+    """How torch.compile ran in one start's log: "compiled" (at least one unit compiled afresh: it logged a compile
+    and loaded nothing from the cache), "cache-loaded" (every unit loaded from vLLM's compile cache), None (no unit
+    logged either: eager)."""
+    states = []
+    for unit in COMPILE_UNIT_END.split(start_log):
+        if CACHE_LOADED.search(unit):
+            states.append("cache-loaded")
+        elif COMPILED.search(unit):
+            states.append("compiled")
+    if not states:
+        return None
+    return "compiled" if "compiled" in states else "cache-loaded"
 
 
 _LOGGED_NUMBER = re.compile(r"\d[\d,]*\.\d+")

@@ -55,3 +55,34 @@ def test_a_start_that_died_early_keeps_the_other_starts_values_in_line(tmp_path)
     assert row.model_gib == "0.3"  # the same in every start: one value
     assert row.kv_tokens == "-/12,805,664/12,000,000"
     assert row.init_s == "-/46.22/46.22"
+
+
+# vLLM 0.26.0's own lines (reports/examples/kimi-rank-h100-l40-starts, start-1 and start-2 of one FLASHMLA server)
+_FRESH = (
+    "INFO [backends.py:393] Compiling a graph for compile range (1, 8192) takes 23.94 s\n"
+    "INFO [decorators.py:708] saved AOT compiled function to /tmp/vllm-cache/torch_compile_cache/torch_aot_compile/x\n"
+    "INFO [monitor.py:53] torch.compile took 41.43 s in total\n"
+)
+_LOADED = (
+    "INFO [backends.py:393] Compiling a graph for compile range (1, 8192) takes 1.76 s\n"
+    "INFO [decorators.py:311] Directly load AOT compilation from path /tmp/vllm-cache/torch_compile_cache/x\n"
+    "INFO [monitor.py:53] torch.compile took 4.42 s in total\n"
+)
+# reports/examples/kimi-rank-h200/nsys/flashmla-fp8: the draft's graphs from the cache, its AOT artefact saved anew
+_LOADED_SAVED = (
+    "INFO [backends.py:292] Directly load the compiled graph(s) for compile range (1, 8192) from the cache, took 0.092 s\n"
+    "INFO [decorators.py:708] saved AOT compiled function to /tmp/vllm-cache/torch_compile_cache/torch_aot_compile/y\n"
+    "INFO [monitor.py:53] torch.compile took 1.05 s in total\n"
+)
+
+
+def test_compile_state_judges_each_compiled_unit_by_whether_it_loaded_from_the_cache():
+    from bench.report.servers import compile_state
+
+    assert compile_state(_FRESH) == "compiled"
+    assert compile_state(_LOADED) == "cache-loaded", "0.26 logs 'Compiling a graph' (2 s) before it loads the AOT"
+    assert compile_state(_LOADED + _FRESH) == "compiled", "the target loaded, the draft compiled afresh"
+    assert compile_state(_LOADED + _LOADED_SAVED) == "cache-loaded", "a saved AOT artefact is not a compile"
+    assert compile_state("INFO Compiling a graph for compile range (1, 8192) takes 9 s\n") == "compiled"
+    assert compile_state("INFO Directly load the compiled graph(s) for compile range (1, 8192)\n") == "cache-loaded"
+    assert compile_state("INFO eager\n") is None
