@@ -127,6 +127,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from bench.report.starts import build_starts_report, start_dirs
     from bench.slo import parse_slo
 
+    if args.check:
+        return _check_reports(args)
     slo = parse_slo(args.slo) if args.slo else None  # checked before anything is recomputed or written
     starts = start_dirs(args.sweep_dir) if not (args.sweep_dir / "manifest.json").exists() else []
     for sweep_dir in starts or [args.sweep_dir]:  # a folder of starts (sweep --starts): each start, then starts.md
@@ -138,6 +140,23 @@ def cmd_report(args: argparse.Namespace) -> int:
         for name, path in build_starts_report(args.sweep_dir).items():
             print(f"{name}: {path}")
     return 0
+
+
+def _check_reports(args: argparse.Namespace) -> int:
+    from bench.report.check import check_reports
+
+    if args.out or args.slo or args.recompute:
+        raise BenchError("report --check rebuilds the committed reports as they are: no --out, --slo or --recompute")
+    checked = check_reports(args.sweep_dir)
+    if not checked.reports:
+        raise BenchError(f"{args.sweep_dir}: no results directory with a report/ and no folder of starts under it")
+    for difference in checked.differences:
+        print(difference)
+    print(
+        f"{args.sweep_dir}: {checked.reports} report(s), {checked.files} committed file(s) compared with their "
+        f"rebuild; {len(checked.differences)} differ"
+    )
+    return ExitCode.REPORT_DIFFERS if checked.differences else ExitCode.OK
 
 
 def cmd_profile(args: argparse.Namespace) -> int:

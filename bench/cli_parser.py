@@ -374,3 +374,9 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="first recompute each point's figures from its raw records with this bench's metric code",
     )
+    report.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing: rebuild every report at or under SWEEP_DIR (e.g. reports/examples) into a temporary "
+        "folder and compare it, byte for byte, with the committed files; exit 8 when one differs",
+    )

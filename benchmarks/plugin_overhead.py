@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
             f"no runnable point in {profile.name} here: " + "; ".join(f"{p.id}: {p.skip_reason}" for p in plan.skipped)
         )
     point = plan.runnable[0]
-    engine = point.engine
+    engine, shape = point.engine, point.shape
+    if shape is None:
+        sys.exit(f"{point.id} is a text workload: the point must be a random-id shape (users x input x output)")
     if engine.tensor_parallel_size > 1 or engine.dcp_size > 1:
         sys.exit("one process, one device: the point must have TP 1 and DCP 1")
     flavor = profile.model.flavor if profile.model.flavor != "auto" else machine.platform
@@ -71,9 +73,10 @@ def main(argv: list[str] | None = None) -> int:
 
     prof = plugin.activate(nvtx=args.mode == "nvtx", timing=args.mode == "timing", timing_dir=work / "timing")
     from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
 
     server = dict(engine.server)
-    server["max_num_seqs"] = point.shape.concurrency
+    server["max_num_seqs"] = shape.concurrency
     llm = LLM(
         model=target, speculative_config=engine.speculative_config(draft), load_format=load_format or "auto", **server
     )
@@ -81,12 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     if not wrapped:
         sys.exit("the plugin wrapped nothing in this vLLM: nothing to measure")
     n = args.prompts or point.num_prompts
-    params = SamplingParams(max_tokens=point.shape.output_len, ignore_eos=True, temperature=0.0)
+    params = SamplingParams(max_tokens=shape.output_len, ignore_eos=True, temperature=0.0)
     seeds = itertools.count()  # fresh prompts for every run
 
     def run(on: bool) -> dict:
         prof.set_enabled(on)
-        prompts = [{"prompt_token_ids": ids} for ids in make_prompts(n, point.shape.input_len, vocab, next(seeds))]
+        prompts = [TokensPrompt(prompt_token_ids=ids) for ids in make_prompts(n, shape.input_len, vocab, next(seeds))]
         t0 = time.perf_counter()
         outs = llm.generate(prompts, params, use_tqdm=False)
         wall = time.perf_counter() - t0
@@ -126,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         "profile": profile.name,
         "point": point.id,
         "engine": engine.label(),
-        "shape": point.shape.label,
+        "shape": shape.label,
         "prompts_per_run": n,
         "vllm": plugin.vllm_version(),
         "device": machine.to_dict(),

@@ -32,6 +32,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -244,7 +245,7 @@ def main() -> None:
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     began = time.time()
-    doc = {
+    doc: dict[str, Any] = {
         "design": vars(args) | {"alpha": ALPHA, "max_effect": MAX_EFFECT, "min_effect": MIN_EFFECT, "paired": True},
         "coverage": coverage(rng),
         "replay": replay(),

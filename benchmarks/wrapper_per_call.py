@@ -28,19 +28,20 @@ def main() -> None:
     def noop(x):
         return x
 
-    out = {"bare_ns": per_call_ns(noop, args.number, args.repeat)}
-    wrapped = wrapping.make_wrapper(noop, "bench.x")
-    out["wrapped_ns"] = per_call_ns(wrapped, args.number, args.repeat)
+    bare_ns = per_call_ns(noop, args.number, args.repeat)
+    wrapped_ns = per_call_ns(wrapping.make_wrapper(noop, "bench.x"), args.number, args.repeat)
+    forced_ns: float | None = None
     try:
         import nvtx
 
         forced = wrapping.make_wrapper(noop, "bench.x", domain=nvtx.get_domain("bench"))
-        out["nvtx_forced_ns"] = per_call_ns(forced, args.number, args.repeat)
+        forced_ns = per_call_ns(forced, args.number, args.repeat)
     except ImportError:
-        out["nvtx_forced_ns"] = None
-    out["wrapped_minus_bare_ns"] = out["wrapped_ns"] - out["bare_ns"]
-    if out["nvtx_forced_ns"] is not None:
-        out["nvtx_forced_minus_bare_ns"] = out["nvtx_forced_ns"] - out["bare_ns"]
+        pass
+    out = {"bare_ns": bare_ns, "wrapped_ns": wrapped_ns, "nvtx_forced_ns": forced_ns}
+    out["wrapped_minus_bare_ns"] = wrapped_ns - bare_ns
+    if forced_ns is not None:
+        out["nvtx_forced_minus_bare_ns"] = forced_ns - bare_ns
     print(json.dumps(out, indent=2))
 
 

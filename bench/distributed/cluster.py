@@ -114,6 +114,13 @@ def reserve(
     return placement_group(bundles, strategy=strategy, bundle_label_selector=selector)
 
 
+def in_group(pg: PlacementGroup) -> Any:
+    """The scheduling strategy that runs a task in the (only) bundle of an engine's placement group."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
+
+
 def bundle_nodes(pg: PlacementGroup) -> list[str]:
     """The node id of each bundle of a ready placement group."""
     from ray.util import placement_group_table

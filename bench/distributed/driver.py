@@ -119,8 +119,6 @@ class RayRunner:
 
     def _submit(self, job: _Job) -> None:
         ray = C.import_ray()
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
         self.tracker.add(job.key, job.engine.label(), len(job.points))
         self.view.changed(job.key, f"(attempt {job.attempt + 1})" if job.attempt else "")
         clear_records(self.ctx.store.root, job.engine.id)  # an earlier start's (a retry, a resume), as a local sweep
@@ -141,7 +139,7 @@ class RayRunner:
             job.gen = self._submit_multi(job, task, remote)
         else:
             job.pg = C.reserve(job.placement, self.cluster.resource, job.avoid, job.pin)
-            strategy = PlacementGroupSchedulingStrategy(job.pg, placement_group_bundle_index=0)
+            strategy = C.in_group(job.pg)
             job.gen = remote.options(scheduling_strategy=strategy, **self._holding(job.placement.gpus)).remote(task)
         self.running.append(job)
 

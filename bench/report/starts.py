@@ -338,15 +338,17 @@ def starts_figure(summary: dict) -> Figure | None:
     return fig
 
 
-def build_starts_report(root: Path) -> dict[str, Path]:
-    """starts.json, starts.md and starts.png in `root` (a folder of start-k sweeps)."""
+def build_starts_report(root: Path, out: Path | None = None) -> dict[str, Path]:
+    """starts.json, starts.md and starts.png of `root` (a folder of start-k sweeps), written in `out` (default:
+    `root`)."""
     read = read_starts(root)
     summary = summarize_starts(root, read)
-    paths = {"starts_json": root / "starts.json", "starts_md": root / "starts.md"}
+    out = Path(root if out is None else out)
+    paths = {"starts_json": out / "starts.json", "starts_md": out / "starts.md"}
     atomic_write_bytes(paths["starts_json"], (json.dumps(summary, indent=1, default=_json) + "\n").encode())
     atomic_write_bytes(paths["starts_md"], starts_markdown(summary, starts_view(read, summary)).encode())
     if (png := png_or_none(starts_figure(summary))) is not None:
-        paths["starts_png"] = root / "starts.png"
+        paths["starts_png"] = out / "starts.png"
         atomic_write_bytes(paths["starts_png"], png)
     return paths
 

@@ -67,7 +67,8 @@ def stop_node(proc: subprocess.Popen) -> None:
         except ProcessLookupError:
             break
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and _group_alive(proc.pid):
+        # poll() reaps the node's own process: unreaped, it keeps the group alive for killpg until the deadline
+        while time.monotonic() < deadline and (proc.poll() is None or _group_alive(proc.pid)):
             time.sleep(0.2)
     proc.wait(timeout=30)
 

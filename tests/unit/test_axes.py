@@ -16,6 +16,7 @@ from bench.profile import load_profile, parse_profile
 from bench.report import markdown
 from bench.report.speedup import speedups
 from bench.report.tables import POINT_COLUMNS, axis_column
+from tests.helpers.extras import needs_vllm
 
 BASE = {
     "name": "axes",
@@ -137,6 +138,7 @@ def test_list_values_reach_vllm_as_separate_arguments_and_the_dry_run_quotes_for
         assert shlex.split(_quote(arg)) == [arg]
 
 
+@needs_vllm
 def test_the_dry_run_checks_each_command_with_vllms_own_parser(tmp_path):
     """A store_true flag swept over [true, false] gives --no-<flag>, which vLLM's parser refuses; the dry run says
     so under that server, with the installed vLLM's words, and passes the other."""

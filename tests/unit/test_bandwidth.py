@@ -15,6 +15,7 @@ from bench.hardware import Machine
 from bench.plan import make_plan
 from bench.profile import load_profile
 from bench.store import SweepStore
+from tests.helpers.extras import ENGINE, need
 
 H200 = Machine("gpu", 1, "sm90", "NVIDIA H200", 139.8, "570.86.15")
 
@@ -38,7 +39,7 @@ class Counting:
 
 
 def test_measure_is_none_when_cuda_is_not_available(monkeypatch):
-    torch = pytest.importorskip("torch")
+    torch = need("torch", ENGINE)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert B.measure() is None
 

@@ -9,8 +9,9 @@ import types
 import pytest
 
 from bench.profiling import dcp_loopback as lb
+from tests.helpers.extras import ENGINE, need
 
-torch = pytest.importorskip("torch")
+torch = need("torch", ENGINE)
 
 
 class OneRank:
@@ -138,7 +139,7 @@ def test_initialize_installs_the_group_with_dcp_one_underneath():
         wrapped(1, 1, 1, 2)
 
 
-vllm_config = pytest.importorskip("vllm.config")
+vllm_config = need("vllm.config", ENGINE)
 
 
 def test_vllm_configs_accept_dcp_on_one_rank_only_with_the_loopback():

@@ -28,6 +28,7 @@ from bench.report import analysis as A
 from bench.server import ServerSpec
 from bench.store import SweepStore
 from bench.sweep import SweepOptions, run_sweep
+from tests.helpers.extras import needs_vllm
 
 
 @pytest.fixture(autouse=True)
@@ -223,6 +224,7 @@ def test_register_activates_the_record_alone_from_the_environment(fake_worker_pk
     assert len(list((tmp_path / "rec").glob("effective-*.json"))) == 1
 
 
+@needs_vllm
 def test_hooks_exist_in_the_installed_vllm_and_the_026_wheel():
     import importlib.util
 

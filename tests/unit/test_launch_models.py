@@ -18,6 +18,7 @@ from bench.plan import plan_sweep
 from bench.prompt_vocab import prompt_vocab
 from bench.store import SweepStore
 from bench.sweep import SweepOptions, SweepRequest, dry_run, run_sweep
+from tests.helpers.extras import needs_vllm
 from tests.unit.test_executor import FakeServer
 
 HUB_PROFILE = """
@@ -72,6 +73,7 @@ def test_the_tiny_target_prompt_ids_are_known_without_vllm():
     assert out.stdout.split() == ["3", str(VOCAB_SIZE)]  # the tiny tokenizer's specials are ids 0-2
 
 
+@needs_vllm  # prompt_vocab reads the tokenizer through vLLM's
 def test_a_local_target_uses_its_own_tokenizer_without_special_ids(tmp_path):
     models = write_tiny_models(tmp_path / "m", "cpu")
     launch.prompt_ids.cache_clear()

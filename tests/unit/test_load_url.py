@@ -19,7 +19,7 @@ from tests.helpers.openai_standin import StandIn, serve
 PROFILE_TEXT = """
 name = "url"
 [model]
-weights = "zero-final-norm"
+weights = "dummy"  # the stand-in serves; no weights are written (zero-final-norm's need torch)
 [server]
 attention_backend = "CPU_MLA"
 max_model_len = 4096

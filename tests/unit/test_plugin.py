@@ -22,6 +22,7 @@ import pytest
 from bench.profiling import import_hook, nvtx_check, plugin, targets, timing, wrapping
 from bench.profiling.nsys_analysis import summarize_ranges
 from bench.profiling.nsys_attribution import RANGE_GPU_COLUMNS
+from tests.helpers.extras import ENGINE, PROFILE, need
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "nvtx-ranges.md"
@@ -269,7 +270,7 @@ def check_table(root: Path, line: str) -> None:
 def test_table_matches_installed_vllm():
     spec = importlib.util.find_spec("vllm")
     if spec is None:
-        pytest.skip("vLLM not installed")
+        pytest.skip(f"needs vllm: {ENGINE}; scripts/setup.sh installs it")
     root = Path(spec.submodule_search_locations[0]).parent
     version = plugin.vllm_version()
     line, exact = targets.line_for(version)
@@ -604,7 +605,7 @@ def test_module_exists_without_importing(fake_pkg):
 
 
 def test_dummy_domain_guard():
-    nvtx = pytest.importorskip("nvtx")
+    nvtx = need("nvtx", PROFILE)
     dummy = nvtx._lib.DummyDomain()
     assert nvtx_check.check_domain(dummy, nvtx, None) == (None, None)
     domain, problem = nvtx_check.check_domain(dummy, nvtx, "NSYS_PROFILING_SESSION_ID")
@@ -624,7 +625,7 @@ def test_missing_nvtx_package_with_a_tool_is_an_error(monkeypatch):
 
 
 def test_dummy_domain_under_an_injected_tool_logs_an_error(tmp_path):
-    pytest.importorskip("nvtx")
+    need("nvtx", PROFILE)
     code = """
         from bench.profiling import plugin
         plugin.register()
@@ -775,7 +776,7 @@ def test_forked_child_writes_its_own_file(tmp_path):
 
 @pytest.mark.gpu
 def test_cuda_event_timing_and_graph_capture(tmp_path):
-    torch = pytest.importorskip("torch")
+    torch = need("torch", ENGINE)
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     a = torch.randn(4096, 4096, device="cuda")

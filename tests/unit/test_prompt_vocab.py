@@ -8,6 +8,7 @@ import pytest
 from bench.errors import BenchError
 from bench.models import write_tiny_models
 from bench.prompt_vocab import prompt_vocab
+from tests.helpers.extras import needs_vllm
 
 
 @pytest.fixture(scope="module")
@@ -15,11 +16,13 @@ def tiny(tmp_path_factory):
     return write_tiny_models(tmp_path_factory.mktemp("m"), "cpu")
 
 
+@needs_vllm
 def test_local_folder(tiny):
     v = prompt_vocab(str(tiny.target))
     assert v.size == 2048 and v.special_ids == {0, 1, 2} and 0 not in v.allowed() and 3 in v.allowed()
 
 
+@needs_vllm
 def test_hub_id_from_the_offline_cache(tiny, tmp_path, monkeypatch):
     import huggingface_hub.constants as c
 

@@ -1,5 +1,5 @@
-"""The Ray driver's bookkeeping with a scripted stand-in for Ray (the real cluster runs in
-tests/integration/test_ray_cpu.py): files streamed by a task land in the results directory, a lost node fails the
+"""The Ray driver's bookkeeping with a scripted stand-in for Ray, so Ray need not be installed (the real cluster runs
+in tests/integration/test_ray_cpu.py): files streamed by a task land in the results directory, a lost node fails the
 unfinished points as node-lost and re-runs them once elsewhere, the suite's own error is not re-run, and a config
 the cluster cannot hold is skipped with the reason while the others run."""
 
@@ -121,6 +121,7 @@ def scripted(monkeypatch):
         monkeypatch.setattr(C, "read_cluster", lambda address=None: cluster.without("n2"))
         monkeypatch.setattr(C, "reserve", reserve)
         monkeypatch.setattr(C, "release", lambda pg: None)
+        monkeypatch.setattr(C, "in_group", lambda pg: ("in group", pg))
         monkeypatch.setattr(C, "is_lost", lambda exc: isinstance(exc, Lost))
         return fake, reserved
 

@@ -5,37 +5,30 @@ import pandas as pd
 import pytest
 
 from bench.fmt import fmt, human_bytes
-from bench.report.build import build_report, summary_text
+from bench.report.build import build_report
 from bench.report.markdown import md_table
 from bench.report.tables import points_table
+from tests.helpers import golden_summaries
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "tests" / "data" / "results" / "tiny-gpu-h200"  # a copy of reports/examples/tiny-gpu-h200
 
 
-def test_summary_of_committed_h200_results_matches_golden(tmp_path):
+def test_report_of_committed_h200_results_matches_golden(tmp_path):
     paths = build_report(EXAMPLE, tmp_path)
-    golden = (REPO / "tests" / "data" / "golden" / "tiny-gpu-h200-summary.md").read_text()
-    assert paths["summary"].read_text() == golden
+    assert paths["summary"].read_text() == golden_summaries.golden_path("tiny-gpu-h200").read_text()
     df = pd.read_csv(paths["points_csv"])
     assert len(df) == 12 and (df.status == "ok").sum() == 6
     assert set(df[df.status == "failed"].reason) == {"invalid-backend-combination"}
 
 
-COMMITTED = sorted(p.parents[1] for p in (REPO / "reports" / "examples").glob("**/report/summary.md"))
-
-
-def test_committed_examples_are_found():
-    assert COMMITTED, "the examples under reports/examples carry their report/summary.md"
-
-
-@pytest.mark.parametrize("sweep_dir", COMMITTED, ids=lambda p: str(p.relative_to(REPO / "reports" / "examples")))
-def test_summary_of_every_committed_example_is_byte_identical(sweep_dir):
-    """summary.md rebuilt from the results directory is, byte for byte, the one committed next to it: an example
-    is documentation that must stay what the code makes of its records (it is not a fixture: no count of its points
-    is asserted anywhere)."""
-    rebuilt = summary_text(sweep_dir).encode()
-    assert rebuilt == (sweep_dir / "report" / "summary.md").read_bytes()
+@pytest.mark.parametrize("name", sorted(golden_summaries.RESULTS))
+def test_summary_matches_its_golden(name):
+    """A few small results directories of tests/data and the summary.md each makes, so that a change of the report
+    shows here as a diff of a small file (rewrite them with `python -m tests.helpers.golden_summaries`). The
+    committed examples under reports/examples are checked by `bench report --check reports/examples`, a CI step of
+    its own."""
+    assert golden_summaries.rebuild(name) == golden_summaries.golden_path(name).read_text()
 
 
 def test_points_table_values_from_records():

@@ -7,6 +7,7 @@ import pytest
 from bench.ab import parse_env, parse_variables
 from bench.errors import BenchError
 from bench.profiling import step_delay as sd
+from tests.helpers.extras import ENGINE, need
 
 
 def test_delay_from_env():
@@ -34,7 +35,7 @@ def test_sleeps_only_after_a_step_that_ran_the_model(monkeypatch):
 
 
 def test_installs_on_vllms_engine_core_and_uninstalls():
-    core = pytest.importorskip("vllm.v1.engine.core")
+    core = need("vllm.v1.engine.core", ENGINE)
     before = core.EngineCore.step
     sd.install(0.01)
     try:

@@ -14,6 +14,7 @@ from bench.errors import BenchError
 from bench.workloads import load_dataset, parse_source, read_cached
 from bench.workloads.conversation import Conversation
 from bench.workloads.sources import HUMANEVAL, MTBENCH
+from tests.helpers.extras import needs_distribution
 
 
 @pytest.fixture(autouse=True)
@@ -41,6 +42,7 @@ def package_path(entry):
     return importlib.metadata.distribution(dist).locate_file(rel)
 
 
+@needs_distribution(MTBENCH)
 def test_mt_bench_is_80_two_turn_questions_in_8_categories_with_provenance(cache):
     ds = load({"kind": "mt-bench"})
     p = ds.provenance
@@ -55,6 +57,7 @@ def test_mt_bench_is_80_two_turn_questions_in_8_categories_with_provenance(cache
     assert cached == ds and p.cache_file.startswith(str(cache))
 
 
+@needs_distribution(HUMANEVAL)
 def test_humaneval_is_164_coding_prompts_read_from_the_gzip_the_package_ships():
     ds = load({"kind": "humaneval"})
     assert ds.provenance.count == 164 and ds.categories == ["coding"]
@@ -65,6 +68,7 @@ def test_humaneval_is_164_coding_prompts_read_from_the_gzip_the_package_ships():
     assert ds.conversations[0].turns == (first["prompt"],)
 
 
+@needs_distribution(MTBENCH)
 def test_selection_categories_turns_and_per_category_limit():
     ds = load({"kind": "mt-bench", "categories": ["math", "coding"], "max_per_category": 3, "max_turns": 1})
     assert ds.provenance.categories == {"coding": 3, "math": 3} and ds.provenance.turns == 6
@@ -72,6 +76,7 @@ def test_selection_categories_turns_and_per_category_limit():
     assert ds.provenance.selection["categories"] == ["math", "coding"]
 
 
+@needs_distribution(MTBENCH)
 def test_unknown_category_lists_the_known_ones(cache):
     with pytest.raises(BenchError, match=r"unknown category 'poetry'; known: coding, extraction, humanities"):
         load({"kind": "mt-bench", "categories": ["math", "poetry"]})
@@ -258,6 +263,7 @@ def test_sharegpt_replays_human_turns_and_skips_empty_records(tmp_path):
         load({"kind": "sharegpt", "path": str(tmp_path / "bad.json")})
 
 
+@needs_distribution(MTBENCH)
 def test_pick_gives_each_category_its_share_seeded_and_cycling():
     ds = load({"kind": "mt-bench"})
     picked = ds.pick(16, seed=0)

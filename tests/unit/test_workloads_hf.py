@@ -1,6 +1,7 @@
 """Hugging Face datasets from the local cache only. Without `datasets` installed (the suite does not depend on it)
 the error names the pip command; with it, a dataset in the cache loads with the hub off, and one that is not
-cached is an error naming it and how to cache it. The real-library tests run where `datasets` is importable."""
+cached is an error naming it and how to cache it. The test extra brings `datasets`, so the real library runs here
+against a small dataset each test builds itself."""
 
 import json
 import os
@@ -32,7 +33,7 @@ def test_without_the_datasets_package_the_error_names_the_fix(monkeypatch):
 def hf_cache(tmp_path, monkeypatch):
     """A dataset `org/tiny-set` (split test) in a private datasets cache, laid out as a hub download leaves it
     (<cache>/org___tiny-set/<config>/<version>/<hash>/), built from local JSON with no network."""
-    datasets = pytest.importorskip("datasets")
+    import datasets
     from datasets.data_files import DataFilesDict
     from datasets.packaged_modules.json.json import Json
 
@@ -80,7 +81,6 @@ def test_unknown_split_and_fields_are_errors(hf_cache):
 
 
 def test_the_offline_switch_is_on_inside_and_restored_after():
-    pytest.importorskip("datasets")
     import datasets
     import huggingface_hub.constants
 

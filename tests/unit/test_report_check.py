@@ -1,0 +1,83 @@
+"""`bench report --check`: every report under a folder rebuilt into a temporary folder and compared with the committed
+files (CI runs it over reports/examples as a step of its own). Here over copies of a small results directory of
+tests/data: one whose report is as built, one whose summary.md was edited by hand, a plot that changed, a folder of
+starts, and nothing written under the folder checked."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench import cli
+from bench.errors import BenchError, ExitCode
+from bench.report.build import build_report
+from bench.report.check import check_reports
+from bench.report.starts import build_starts_report
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "results"
+RESULTS = DATA / "kimi-rank-dcp-h200" / "full-graphs-dcp"  # 4 failed points: a report in 0.3 s, one plot
+
+
+def built(root: Path) -> Path:
+    """A copy of the results directory at `root` with its report built there (report.html names the directory as
+    given, so an example is built where it is checked)."""
+    shutil.copytree(RESULTS, root)
+    build_report(root)
+    return root
+
+
+def listing(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_report_as_built_has_no_difference_and_nothing_is_written(tmp_path, capsys):
+    examples = tmp_path / "examples"
+    built(examples / "a")
+    (examples / "a" / "report" / "report.html").unlink()  # an example may leave a file out: not compared
+    (examples / "a" / "report" / "screenshot.png").write_bytes(b"png")  # or keep one the report does not write
+    before = listing(examples)
+    committed = [p for p in (examples / "a" / "report").rglob("*") if p.is_file() and p.name != "screenshot.png"]
+    assert len(committed) == 5  # summary.md, points.csv and .parquet, servers.csv, plots/heatmap.png
+    assert cli.main(["report", "--check", str(examples)]) == ExitCode.OK
+    assert f"{examples}: 1 report(s), {len(committed)} committed file(s) compared with their rebuild; 0 differ" in (
+        capsys.readouterr().out
+    )
+    assert listing(examples) == before
+
+
+def test_an_edited_summary_and_a_changed_plot_are_differences(tmp_path, capsys):
+    examples = tmp_path / "examples"
+    built(examples / "a")
+    summary = examples / "a" / "report" / "summary.md"
+    summary.write_text(summary.read_text().replace("0 ok, 4 failed, 0 skipped.", "1 ok, 3 failed, 0 skipped."))
+    plot = examples / "a" / "report" / "plots" / "heatmap.png"
+    plot.write_bytes(plot.read_bytes() + b"\0")
+    assert cli.main(["report", "--check", str(examples)]) == ExitCode.REPORT_DIFFERS == 8
+    out = capsys.readouterr().out
+    assert f"{summary}: the rebuilt file differs" in out
+    assert "-1 ok, 3 failed, 0 skipped.\n+0 ok, 4 failed, 0 skipped." in out  # the diff: committed, then rebuilt
+    assert f"{plot}: the rebuilt file differs ({plot.stat().st_size} bytes committed" in out
+    assert out.rstrip().endswith("; 2 differ")
+
+
+def test_a_folder_of_starts_is_checked_with_its_starts(tmp_path):
+    """The starts' own reports are left out here (a start-k without report/ is not checked): starts.md, .json and
+    .png are built from the records."""
+    starts = tmp_path / "examples" / "starts"
+    for k in (1, 2):
+        shutil.copytree(DATA / "tiny-block64-gpu-h200", starts / f"start-{k}")
+    written = build_starts_report(starts)
+    assert check_reports(starts.parent).differences == []
+    (starts / "starts.md").write_text("edited\n")
+    checked = check_reports(starts.parent)
+    assert (checked.reports, checked.files) == (1, len(written))
+    assert [d.splitlines()[0].split(":")[0] for d in checked.differences] == [str(starts / "starts.md")]
+
+
+def test_nothing_to_check_and_other_options_are_errors(tmp_path):
+    with pytest.raises(BenchError, match="no results directory with a report/"):
+        cli._check_reports(cli.build_parser().parse_args(["report", "--check", str(tmp_path)]))
+    with pytest.raises(BenchError, match="no --out, --slo or --recompute"):
+        cli._check_reports(cli.build_parser().parse_args(["report", "--check", str(tmp_path), "--recompute"]))
