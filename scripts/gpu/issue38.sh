@@ -30,6 +30,16 @@ res=/tmp/res38
 mkdir -p $res
 [ -e /tmp/bench-patched ] || { python -m bench patch apply > $res/patch-apply.txt && touch /tmp/bench-patched; } || exit 1
 python -m bench patch status > $res/patch-status.txt
+# GPU and host telemetry once a second beside the results (the H100 lease of 2026-12-07 found two FLASHMLA starts'
+# step p50 5% apart with none recorded): clocks, power, temperature, throttle reasons; /proc/stat's cpu line, CPU MHz
+nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+  --format=csv,noheader -l 1 >> $res/gpu-telemetry.csv &
+smi=$!
+( while sleep 1; do
+    echo "$(date +%s.%N),$(head -1 /proc/stat | cut -c6-),$(awk '/MHz/ {s += $4; n++} END {printf "%.0f", s / n}' /proc/cpuinfo)"
+  done >> $res/host-telemetry.csv ) &
+host=$!
+trap 'kill $smi $host 2>/dev/null' EXIT
 for task in "$@"; do
   grep -qE "^exit [0-9]+$" $res/$task.exit 2>/dev/null && { echo "== $task done: $(cat $res/$task.exit)"; continue; }
   left=$((budget - SECONDS - 30))
