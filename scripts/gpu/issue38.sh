@@ -9,8 +9,8 @@
 #   ab and aa use profiles/kimi-k2.6-rank-h200-ab.toml (AB_PROFILE; on a card under 100 GiB the -h100-l40- variants): its one point, so a round is two server starts;
 #   a fixed design of ROUNDS = 4 rounds (one look at full alpha) unless MAX_ROUNDS asks for sequential looks.
 #   Plan from the H100 starts (reports/examples/kimi-rank-h100-l40-starts): FLASHMLA's between-start CV ~3.6%, so
-#   the paired log ratios' sd ~5%: 4 rounds find a 5% slowdown (t ~ 2 x 5% / 5% = 2 < 3.18 at Holm's level: maybe
-#   not) and an A/A's upper bound ~6% (inconclusive); ~8-10 rounds a side (~200 s a round) do both. Start with
+#   the paired log ratios' sd ~5%: 4 rounds may miss a 5% slowdown (t ~ 5% / (5% / sqrt 4) = 2 < 3.18 at Holm's level:
+#   inconclusive) and leave an A/A's upper bound ~6% (inconclusive); ~8-10 rounds a side (~200 s a round) do both. Start with
 #   `ROUNDS=3 MAX_ROUNDS=10` and resume the locked design across leases.
 # Usage: issue38.sh BUDGET_SECONDS TASK... (ROUNDS, MAX_ROUNDS, DELAY_MS, MAX_EFFECT from the environment). Each task
 # resumes what an earlier call or lease left (`sweep --resume`, `ab --resume`; the A/B's locked design refuses a
