@@ -1,7 +1,7 @@
 """Command line: argv -> typed arguments -> one library function per command. Errors are caught once, here.
 
-A command parses, calls, and prints what came back; what a command does lives in the library (bench.sweep,
-bench.profile_point, bench.patching, ...), where it can be tested without a process.
+A command parses, calls, and prints what came back; what a command does lives in the library (bench.commands.sweep,
+bench.commands.profile_point, bench.patching, ...), where it can be tested without a process.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import logging
 import sys
 
 from bench.cli_parser import build_parser
-from bench.errors import BenchError, ExitCode
-from bench.files import atomic_write_bytes
+from bench.core.errors import BenchError, ExitCode
+from bench.core.files import atomic_write_bytes
 
 __all__ = ["NO_NSYS", "build_parser", "main"]
 
@@ -59,7 +59,7 @@ def cmd_patch(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from bench.sweep import SweepRequest, dry_run, sweep
+    from bench.commands.sweep import SweepRequest, dry_run, sweep
 
     request = SweepRequest(
         profile=args.profile,
@@ -101,7 +101,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    from bench.load_url import LoadRequest, load_url
+    from bench.commands.load_url import LoadRequest, load_url
 
     points = [p.strip() for p in args.points.split(",") if p.strip()] if args.points else None
     request = LoadRequest(
@@ -122,10 +122,10 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from bench.recompute import recompute
+    from bench.config.slo import parse_slo
+    from bench.measure.recompute import recompute
     from bench.report.build import build_report
     from bench.report.starts import build_starts_report, start_dirs
-    from bench.slo import parse_slo
 
     if args.check:
         return _check_reports(args)
@@ -164,7 +164,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return _profile_analyze(args)
     if args.target == "shares":
         return _profile_shares(args)
-    from bench.profile_point import ProfileRequest, prepare_profile, run_profile
+    from bench.commands.profile_point import ProfileRequest, prepare_profile, run_profile
 
     job = prepare_profile(
         ProfileRequest(
@@ -235,7 +235,7 @@ def _profile_shares(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from bench.compare import compare_dirs, compare_markdown, outcome
+    from bench.verdicts.compare import compare_dirs, compare_markdown, outcome
 
     result = compare_dirs(
         args.baseline,
@@ -257,7 +257,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    from bench.ab import parse_env, run_ab
+    from bench.commands.ab import parse_env, run_ab
 
     if not args.candidate and not args.calibrate:
         raise BenchError("ab: --candidate ENV is required (or --calibrate, an A/A of the baseline)")
@@ -283,10 +283,10 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from bench.models import write_tiny_models
+    from bench.models.models import write_tiny_models
 
     if args.action == "kimi-rank":
-        from bench import kimi_rank
+        from bench.models import kimi_rank
 
         spec = kimi_rank.RankSpec(args.tp, args.layers, args.experts)
         print(kimi_rank.estimate(spec).table())
@@ -300,7 +300,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from bench.migrate import migrate
+    from bench.results.migrate import migrate
 
     for root in args.dirs:
         steps = migrate(root)

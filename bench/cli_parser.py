@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.errors import exit_code_text
+from bench.core.errors import exit_code_text
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,7 +23,7 @@ CONCURRENCY, PROMPTS, OUTPUT_LEN, INPUT_LEN = 32, 64, 1024, 16
 
 OURS = """
 import time, sys
-from bench.loadgen import make_prompts, run_load
+from bench.load.loadgen import make_prompts, run_load
 prompts = make_prompts({n}, {inp}, 2048, seed=0)
 t0 = time.perf_counter()
 recs = run_load("http://127.0.0.1:{port}", "tiny", prompts=prompts, warmup_count=0, max_tokens={out},
@@ -101,8 +101,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    from bench.models import write_tiny_models
-    from bench.server import free_port
+    from bench.engine.server import free_port
+    from bench.models.models import write_tiny_models
 
     tmp = tempfile.mkdtemp()
     models = write_tiny_models(Path(tmp) / "m", "cpu")

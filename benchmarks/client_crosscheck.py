@@ -12,7 +12,7 @@ metric (mean, min, max over rounds) and writes `OUT/crosscheck.json` and `OUT/cr
 so a failed run keeps the rounds before it), and a verdict: whether bench / vllm is within 1 +- --tolerance (3%) on
 output tok/s and mean TPOT, and each client's mean TPOT within it of vLLM's own timing of the same requests, from
 the 95% t-interval of each mean ratio over rounds: 'agree' (exit 0), 'differ' (exit 4) or 'inconclusive' (exit 6,
-with the rounds that the spread would need), as bench.errors.ExitCode numbers them. Per run it also records the
+with the rounds that the spread would need), as bench.core.errors.ExitCode numbers them. Per run it also records the
 CPU seconds of the client, of a server it started, and of other work on the machine (a shared host's noise); vLLM's
 own timing of each client's measured requests (mean TPOT and TTFT from the server's /metrics histograms, warm-ups
 left out); and the server's step and stall rhythm read from each client's token arrival times: a client that times
@@ -21,7 +21,7 @@ differently and a server that behaved differently under the two loads are then t
     # against a running server (the profile describes it: its model and engine configuration)
     python benchmarks/client_crosscheck.py --url http://127.0.0.1:8000 --model bench-target \
         --tokenizer /path/to/served/model --profile tiny --rounds 3 --num-prompts 96 --out reports/xcheck
-    # or start one with the suite's own launch code (bench.launch.server_spec + bench.server.Server), stopped at
+    # or start one with the suite's own launch code (bench.engine.launch.server_spec + bench.engine.server.Server), stopped at
     # the end (also on Ctrl-C / SIGTERM); its log, vLLM cache and sockets stay under OUT/server
     python benchmarks/client_crosscheck.py --start tiny --rounds 3 --num-prompts 96 --out reports/xcheck
 
@@ -53,9 +53,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import window as W
-from bench.errors import ExitCode
-from bench.fmt import md_rows
+from bench.core.errors import ExitCode
+from bench.core.fmt import md_rows
+from bench.measure import window as W
 
 REPO = Path(__file__).resolve().parents[1]
 CLIENTS = ("bench", "vllm")
@@ -166,7 +166,7 @@ def order(round_number: int) -> tuple[str, str]:
 def bench_stream_options(which: str) -> dict | None:
     """The --extra-body that gives vllm bench serve's requests bench's stream_options (`which` = "bench"), or None
     (its own)."""
-    from bench.loadgen import STREAM_OPTIONS
+    from bench.load.loadgen import STREAM_OPTIONS
 
     return {"stream_options": dict(STREAM_OPTIONS)} if which == "bench" else None
 
@@ -191,8 +191,8 @@ def _lengths(values: Sequence[int | None]) -> dict:
 
 
 def rhythm(steady: dict | None) -> dict:
-    """The server's rhythm over a run's steady span (all C requests in flight), from bench.window's steady figures
-    (`metrics` of a bench point record, or bench.window.steady of vLLM's client's rows): the step p50 (gaps between
+    """The server's rhythm over a run's steady span (all C requests in flight), from bench.measure.window's steady figures
+    (`metrics` of a bench point record, or bench.measure.window.steady of vLLM's client's rows): the step p50 (gaps between
     a request's successive chunks) and the stalls (gaps of no token for any request longer than STALL_FACTOR x that
     p50: a new request's prefill stopping the batch), their share of the span and their p50. None without a span."""
     stalls = (steady or {}).get("stalls") or {}
@@ -201,7 +201,7 @@ def rhythm(steady: dict | None) -> dict:
 
 
 def vllm_rows(result: dict) -> list[dict]:
-    """`vllm bench serve --save-detailed` requests as bench's raw rows for bench.window: sent at start_times, a
+    """`vllm bench serve --save-detailed` requests as bench's raw rows for bench.measure.window: sent at start_times, a
     chunk at TTFT and one after each ITL (vLLM's client times chunks, not tokens: one token each here)."""
     rows = []
     for start, ttft, itls in zip(result.get("start_times") or (), result.get("ttfts") or (), result.get("itls") or ()):
@@ -473,8 +473,8 @@ def where_the_gap_is(v: dict) -> str:
 
 def _acceptance_side(figs: Sequence[dict]) -> dict | None:
     """One client's acceptance over runs pooled by verify steps: mean length, its standard error (steps as
-    independent draws: bench.metrics.acceptance_length_se) and the steps. None unless every run has both."""
-    from bench.metrics import acceptance_length_se
+    independent draws: bench.measure.metrics.acceptance_length_se) and the steps. None unless every run has both."""
+    from bench.measure.metrics import acceptance_length_se
 
     runs: list[tuple[float, list[float]]] = []
     for f in figs:
@@ -968,8 +968,8 @@ class CpuMeter:
 
 class ServerCounters:
     """What vLLM itself counted and timed over a `vllm bench serve` run's measured requests: generated tokens,
-    finished requests, mean TTFT and TPOT from its per-request histograms (bench.metrics.SERVED_COUNTERS), and the
-    prefix-cache hit rate (bench.metrics.CACHE_COUNTERS), from a snapshot of /metrics taken when the client prints
+    finished requests, mean TTFT and TPOT from its per-request histograms (bench.measure.metrics.SERVED_COUNTERS), and the
+    prefix-cache hit rate (bench.measure.metrics.CACHE_COUNTERS), from a snapshot of /metrics taken when the client prints
     MAIN_RUN (its test request and warm-ups are over, and no measured request can have finished yet) to one after
     it exits. None where the line never came, the server
     has no such counter, or /metrics cannot be read."""
@@ -980,7 +980,8 @@ class ServerCounters:
         self.result: dict = {k: None for k in (*SERVER_KEYS, "server_requests", "server_tokens")}
 
     def _snapshot(self) -> dict | None:
-        from bench.metrics import CACHE_COUNTERS, SERVED_COUNTERS, counter_totals, parse_prometheus, scrape
+        from bench.load.http_client import scrape
+        from bench.measure.metrics import CACHE_COUNTERS, SERVED_COUNTERS, counter_totals, parse_prometheus
 
         try:
             return counter_totals(parse_prometheus(scrape(self.url)), {**SERVED_COUNTERS, **CACHE_COUNTERS})
@@ -1001,10 +1002,10 @@ class ServerCounters:
 
 
 def served_figures(before: dict, after: dict) -> dict:
-    """ServerCounters' figures from two bench.metrics.counter_totals snapshots of SERVED_COUNTERS, by the code that
-    gives a bench point its `served` (bench.metrics.served_check / served_total), and the prefix-cache hit rate as
-    a bench point's `cache` has it (bench.metrics.cache_delta; None where the server has no such counters)."""
-    from bench.metrics import cache_delta, served_check, served_total
+    """ServerCounters' figures from two bench.measure.metrics.counter_totals snapshots of SERVED_COUNTERS, by the code that
+    gives a bench point its `served` (bench.measure.metrics.served_check / served_total), and the prefix-cache hit rate as
+    a bench point's `cache` has it (bench.measure.metrics.cache_delta; None where the server has no such counters)."""
+    from bench.measure.metrics import cache_delta, served_check, served_total
 
     served = served_total([served_check(before, after, [])])
     return {
@@ -1017,14 +1018,14 @@ def served_figures(before: dict, after: dict) -> dict:
 
 
 def start_server(profile_path: Path, out: Path) -> Target:
-    """Start the profile's (one) engine configuration as a sweep does (bench.executor.run_engine): its models
-    resolved or generated, `vllm serve` argv and environment from bench.launch.server_spec, run by
-    bench.server.Server in its own process group with its log, vLLM cache and sockets under OUT/server."""
-    from bench.effective import record_env
-    from bench.launch import SERVED_NAME, resolve_models, server_spec
-    from bench.plan import plan_sweep
-    from bench.server import Server
-    from bench.store import SweepStore
+    """Start the profile's (one) engine configuration as a sweep does (bench.run.executor.run_engine): its models
+    resolved or generated, `vllm serve` argv and environment from bench.engine.launch.server_spec, run by
+    bench.engine.server.Server in its own process group with its log, vLLM cache and sockets under OUT/server."""
+    from bench.config.plan import plan_sweep
+    from bench.engine.launch import SERVED_NAME, resolve_models, server_spec
+    from bench.engine.server import Server
+    from bench.measure.effective import record_env
+    from bench.results.store import SweepStore
 
     plan = plan_sweep(str(profile_path))
     engines = [e for e, _ in plan.groups]
@@ -1045,12 +1046,12 @@ def start_server(profile_path: Path, out: Path) -> Target:
 def remote_server(url: str, model: str | None, tokenizer: str | None, profile_path: Path) -> Target:
     """A running server: its served name from /v1/models when not given; the tokenizer the profile's target
     resolves to (tiny: the generated folder) when not given, else the server's model root."""
-    from bench.load_url import probe_server
+    from bench.commands.load_url import probe_server
 
     facts = probe_server(url, model)
     if tokenizer is None:
-        from bench.launch import resolve_models
-        from bench.plan import plan_sweep
+        from bench.config.plan import plan_sweep
+        from bench.engine.launch import resolve_models
 
         try:
             plan = plan_sweep(str(profile_path), dry_run=True)
@@ -1146,8 +1147,8 @@ def main(argv: list[str] | None = None) -> int:
         print(summaries_text(data) + "\n" + verdict_text(data))
         _log(f"wrote {args.out / 'pooled.json'} and {args.out / 'pooled.md'}")
         return VERDICT_EXIT[data["verdict"]["verdict"]]
-    from bench.plan import plan_sweep
-    from bench.profile import resolve_profile_path
+    from bench.config.plan import plan_sweep
+    from bench.config.profile import resolve_profile_path
 
     base_path = resolve_profile_path(args.start or args.profile)
     base = tomllib.loads(base_path.read_text())

@@ -40,13 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
 
-    from bench.hardware import detect_machine
-    from bench.launch import resolve_models
-    from bench.loadgen import make_prompts
-    from bench.plan import make_plan
-    from bench.profile import load_profile
+    from bench.config.plan import make_plan
+    from bench.config.profile import load_profile
+    from bench.core.hardware import detect_machine
+    from bench.engine.launch import resolve_models
+    from bench.engine.server import server_env
+    from bench.load.loadgen import make_prompts
     from bench.profiling import plugin
-    from bench.server import server_env
 
     # vLLM's caches, temp files and sockets as a sweep's server has them; the engine core in this process.
     work = Path(tempfile.mkdtemp(prefix="bench-plugin-overhead-"))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.store import SweepStore  # noqa: E402
+from bench.results.store import SweepStore  # noqa: E402
 from tests.helpers.ray_cluster import RAY_ENV, start_cluster, stop_cluster  # noqa: E402
 
 PROFILE = REPO / "tests" / "data" / "e2e-cpu.toml"

@@ -16,10 +16,10 @@ import heapq
 import math
 from pathlib import Path
 
-from bench.fmt import md_rows
-from bench.hardware import Machine
-from bench.plan import make_plan
-from bench.profile import load_profile
+from bench.config.plan import make_plan
+from bench.config.profile import load_profile
+from bench.core.fmt import md_rows
+from bench.core.hardware import Machine
 
 PROFILE = Path(__file__).resolve().parents[1] / "profiles" / "kimi-k2.6-eagle3-tp8.toml"
 

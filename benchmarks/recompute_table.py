@@ -1,4 +1,4 @@
-"""Recompute committed results directories with the current estimator (bench.recompute, records only: no report is
+"""Recompute committed results directories with the current estimator (bench.measure.recompute, records only: no report is
 built) and tabulate each steady point's headline before and after, with the stated precision and the whole cycles.
 
     python benchmarks/recompute_table.py ROOT... --out TABLE.md
@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from bench.recompute import recompute
+from bench.measure.recompute import recompute
 
 
 def _headlines(root: Path) -> dict[str, dict]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.fmt import fmt, md_rows
+from bench.core.fmt import fmt, md_rows
 
 # /proc/stat's cpu line, in order (proc(5)); guest time is already counted in user
 STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")

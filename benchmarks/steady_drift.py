@@ -1,8 +1,8 @@
 """Benchmark analysis: how a steady point's throughput moves through its window, from its committed raw rows.
 
-For one point of a results directory: the point's own sub-windows (bench.window.sub_windows: whole cycles of the
+For one point of a results directory: the point's own sub-windows (bench.measure.window.sub_windows: whole cycles of the
 closed loop, the ones its precision comes from), and in each the output tok/s, the share of time in stalls
-(bench.window.stall_gaps: gaps of no token for any request longer than STALL_FACTOR x the point's step p50, a new
+(bench.measure.window.stall_gaps: gaps of no token for any request longer than STALL_FACTOR x the point's step p50, a new
 request's prefill stopping the batch) and the tok/s outside those stalls. Then the CV of the sub-windows' tok/s, its
 lag-1 autocorrelation (the batch means' independence, which the half-width assumes) and its correlation with the
 stall share. Prints a markdown table.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import window as W
-from bench.fmt import md_rows
+from bench.core.fmt import md_rows
+from bench.measure import window as W
 
 
 def drift(rows: list[dict], concurrency: int, step_p50_ms: float) -> dict:

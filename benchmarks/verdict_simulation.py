@@ -1,5 +1,5 @@
 """Benchmark: the error rates of the PR gate of `bench compare` / `bench ab` (docs/verdicts.md), simulated through the
-suite's own gate (bench.compare's judge and outcome: the one-sided t bounds on log ratios, the multiplicity
+suite's own gate (bench.verdicts.compare's judge and outcome: the one-sided t bounds on log ratios, the multiplicity
 adjustment, the verdicts, the exit code), and the coverage of its bounds. Nothing here is measured on vLLM, except
 the replay of the committed real A/A data at the end.
 
@@ -12,7 +12,7 @@ verdict-simulation.md):
   normal, heavy-tailed (t with 3 df) and bimodal start noise (20,000 draws a cell);
 - gate: the shipped defaults (alpha 0.05, --max-effect 5%, --min-effect 2%, Holm, paired by round), --points
   points x 2 gated metrics, at between-start CV 1.5% and 3% and each noise shape, rounds planned for that noise
-  (bench.stats.plan_rounds at the true sd, as a calibration would if it hit it): the A/A's rates of exit 4 (false
+  (bench.verdicts.stats.plan_rounds at the true sd, as a calibration would if it hit it): the A/A's rates of exit 4 (false
   fail), 0 (pass) and 6, and with one point slower by exactly --max-effect, the rate of exit 0 (false pass); both
   with a fixed design and a sequential one (looks from 3 to twice the planned rounds, futility stop), each row
   --sims comparisons, 95% Wilson intervals;
@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from bench.ab import futile
-from bench.compare import GATED, METRICS, compare_dirs, judge, load_side, outcome, pair_rounds
-from bench.errors import ExitCode
-from bench.stats import paired_sd_from_cv, plan_rounds, sequential_levels, t_quantile
+from bench.commands.ab import futile
+from bench.core.errors import ExitCode
+from bench.verdicts.compare import GATED, METRICS, compare_dirs, judge, load_side, outcome, pair_rounds
+from bench.verdicts.stats import paired_sd_from_cv, plan_rounds, sequential_levels, t_quantile
 
 ALPHA, MAX_EFFECT, MIN_EFFECT = 0.05, 0.05, 0.02
 NOISES = ("normal", "t3", "bimodal")
@@ -75,7 +75,7 @@ def start_noise(rng, shape: str, cv: float, size) -> np.ndarray:
 
 def coverage(rng, draws: int = 20_000) -> list[dict]:
     """Per noise shape, start count and test: how often the one-sided 95% upper bound of the log slowdown covers
-    the truth (0: the bound is at or above it). The bound is bench.stats's: estimate + t_{0.95, df} x se."""
+    the truth (0: the bound is at or above it). The bound is bench.verdicts.stats's: estimate + t_{0.95, df} x se."""
     rows = []
     for shape in NOISES:
         for n in range(3, 9):

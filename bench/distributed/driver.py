@@ -1,7 +1,7 @@
 """The driver of a sweep on a Ray cluster: one Ray task per engine configuration, each in a placement group that
 holds the accelerators its server needs, and this process the single writer of the results directory.
 
-bench.sweep.run_sweep decides what runs (resume, rerun, skipped points) exactly as for a local sweep and hands the
+bench.commands.sweep.run_sweep decides what runs (resume, rerun, skipped points) exactly as for a local sweep and hands the
 engine configurations here instead of running them one after another. Each task (bench.distributed.worker)
 streams back its points' files as they finish; they are written here with the suite's atomic writer, so a driver
 killed at any moment keeps every finished point and `--resume` continues.
@@ -24,16 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.config.plan import EngineConfig, Point
+from bench.core.clock import now
+from bench.core.errors import BenchError
+from bench.core.files import atomic_write_bytes, atomic_write_json
 from bench.distributed import cluster as C
 from bench.distributed.ledger import LEDGER, read_ledger
 from bench.distributed.placement import NODE_LOST, Cluster, Placement, place, skip_reason
 from bench.distributed.worker import EngineJob, run_job
-from bench.effective import clear_records
-from bench.errors import BenchError
-from bench.executor import SweepContext
-from bench.files import atomic_write_bytes, atomic_write_json
-from bench.plan import EngineConfig, Point
-from bench.progress import PlainView, Tracker, base_record, make_view, now
+from bench.measure.effective import clear_records
+from bench.run.executor import SweepContext
+from bench.run.progress import PlainView, Tracker, base_record, make_view
 
 log = logging.getLogger(__name__)
 WAIT_S = 1.0
@@ -103,7 +104,7 @@ class RayRunner:
         return node_id
 
     def stop(self) -> None:
-        """Cancel what still runs (its worker dies, and bench.guard stops its server) and free the reservations."""
+        """Cancel what still runs (its worker dies, and bench.engine.guard stops its server) and free the reservations."""
         ray = C.import_ray()
         for job in self.running:
             if job.gen is not None:

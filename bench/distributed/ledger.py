@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.errors import BenchError
+from bench.core.errors import BenchError
 
 LEDGER = "cluster.json"
 

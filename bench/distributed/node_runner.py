@@ -22,12 +22,12 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from bench.config.plan import Point
 from bench.distributed.placement import JOB_FILE, NSYS_ON_NODE
-from bench.executor import SweepContext, run_engine
-from bench.plan import Point
 from bench.profiling.session import Capture, find_nsys
-from bench.progress import Progress
-from bench.store import SweepStore
+from bench.results.store import SweepStore
+from bench.run.executor import SweepContext, run_engine
+from bench.run.progress import Progress
 
 if TYPE_CHECKING:
     from bench.distributed.worker import EngineJob

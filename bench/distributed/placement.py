@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from bench.plan import EngineConfig, Plan
+from bench.config.plan import EngineConfig, Plan
 
 GPU_RESOURCE = "GPU"
 SLOT_RESOURCE = "bench_gpu"  # on CPU clusters: `ray start --resources '{"bench_gpu": N}'`

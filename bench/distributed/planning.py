@@ -3,11 +3,11 @@ machine's (the driver may be a CPU-only head node), and the --dry-run text of wh
 
 from __future__ import annotations
 
+from bench.config.plan import Plan, make_plan, plan_sweep
+from bench.config.profile import load_profile_variants
+from bench.core.hardware import detect_machine
 from bench.distributed.cluster import cluster_machine
 from bench.distributed.placement import Cluster, describe_placements, described_cluster
-from bench.hardware import detect_machine
-from bench.plan import Plan, make_plan, plan_sweep
-from bench.profile import load_profile_variants
 
 
 def cluster_for(address: str, profile: str | None) -> tuple[Cluster, str | None]:

@@ -1,6 +1,6 @@
 """One engine configuration on a Ray node: the body of the task the driver schedules (bench.distributed.driver).
 
-It runs the local executor (bench.executor.run_engine, unchanged) in a process of its own
+It runs the local executor (bench.run.executor.run_engine, unchanged) in a process of its own
 (bench.distributed.node_runner, which says why) into a results directory in the node's temp dir, and streams back
 as it goes what the driver must store: each finished point's files (raw Parquet, effective-configuration records,
 model configs, profile files, then the point record last), the server log's new bytes, and the phase it is in.
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from bench.config.plan import EngineConfig, Plan, Point
 from bench.distributed.placement import JOB_FILE
-from bench.plan import EngineConfig, Plan, Point
 
 SYNC_S = 5.0  # how often the server log's new bytes go to the driver while nothing else happens
 _CAPTURING = re.compile(rb"Capturing CUDA graph|Capturing cudagraph|Graph capturing finished")
@@ -50,7 +50,7 @@ class EngineJob:
     # The interpreter of the node runner and so of vLLM (the driver's, where the node has that path: an A/B side's
     # environment); None or absent there: this Ray worker's own.
     python: str | None = None
-    salt: str = ""  # the results directory's prompt salt (bench.prompts)
+    salt: str = ""  # the results directory's prompt salt (bench.load.prompts)
 
 
 class _FileSync:

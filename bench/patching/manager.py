@@ -10,8 +10,8 @@ import py_compile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.errors import BenchError
-from bench.files import atomic_write_bytes
+from bench.core.errors import BenchError
+from bench.core.files import atomic_write_bytes
 from bench.patching.locate import VllmInstall
 from bench.patching.probes import PROBES
 from bench.patching.series import Series, select_series, unsupported_message

@@ -7,7 +7,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.errors import BenchError
+from bench.core.errors import BenchError
 from bench.patching.locate import VllmInstall
 from bench.patching.unidiff import FileDiff, parse_patch
 

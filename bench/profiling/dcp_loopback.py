@@ -13,7 +13,7 @@ collectives are local: what N identical ranks would exchange.
 - `all_reduce(x)`: N x x.
 
 What is relaxed, only while BENCH_DCP_LOOPBACK=N is set in the server's environment (the suite sets it for a point
-whose DCP size does not divide the server's tensor-parallel size, `bench.plan`):
+whose DCP size does not divide the server's tensor-parallel size, `bench.config.plan`):
 - `ParallelConfig`'s check "tp_size must be divisible by dcp_size": the config is built with DCP 1 and then set to
   N, only when the check would refuse N; `VllmConfig` re-validates its `parallel_config` field the same way;
 - `initialize_model_parallel` builds its groups with DCP 1, then the DCP group is replaced by the loopback group.

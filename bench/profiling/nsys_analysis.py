@@ -46,8 +46,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.errors import BenchError
-from bench.files import atomic_write_bytes, atomic_write_table
+from bench.core.errors import BenchError
+from bench.core.files import atomic_write_bytes, atomic_write_table
 from bench.profiling import nsys_readers as rd
 from bench.profiling import nsys_sqlite as db
 from bench.profiling import step_paths, step_shares

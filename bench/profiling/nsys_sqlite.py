@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.errors import BenchError
+from bench.core.errors import BenchError
 
 #: Export schema versions (META_DATA_EXPORT.EXPORT_SCHEMA_VERSION) whose layout this reader was checked on.
 SUPPORTED_SCHEMA_VERSIONS: tuple[str, ...] = ("3.20.3",)

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.errors import BenchError
-from bench.files import atomic_write_bytes
+from bench.core.errors import BenchError
+from bench.core.files import atomic_write_bytes
 
 if TYPE_CHECKING:
     import pandas as pd

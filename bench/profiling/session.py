@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import http_client as http
-from bench.errors import BenchError
+from bench.core.errors import BenchError
+from bench.load import http_client as http
 from bench.profiling.targets import DOMAIN
 
 log = logging.getLogger(__name__)

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.errors import BenchError
-from bench.fmt import fmt, md_rows
+from bench.core.errors import BenchError
+from bench.core.fmt import fmt, md_rows
 from bench.profiling import step_shares
 from bench.profiling import targets as t
 

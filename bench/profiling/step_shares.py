@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.errors import BenchError
-from bench.fmt import fmt, md_rows
+from bench.core.errors import BenchError
+from bench.core.fmt import fmt, md_rows
 
 STEP = "bench.engine.step"
 PARTS = {  # range -> what it is

@@ -14,10 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.failures import classify_log
+from bench.measure.failures import classify_log
 from bench.profiling.nsys_analysis import summarize_ranges
 from bench.profiling.step_shares import RANGE_COLUMNS, CaptureShares, shares_of
-from bench.records import Effective, EffectiveModel, PointRecord
 from bench.report.categories import category_table, has_workloads
 from bench.report.dcp_view import dcp_rows
 from bench.report.decision import DecisionView, sweep_view
@@ -28,7 +27,8 @@ from bench.report.roofline_points import roofline
 from bench.report.servers import server_table
 from bench.report.speedup import with_speedups
 from bench.report.tables import axis_columns, plain_points, points_table, provenance
-from bench.store import SweepStore
+from bench.results.records import Effective, EffectiveModel, PointRecord
+from bench.results.store import SweepStore
 
 SERIES_AXES = ["draft_attention_backend", "draft_kv_cache_dtype", "dcp_size"]
 FACET_AXES = ["num_speculative_tokens", "input_len", "output_len"]
@@ -45,7 +45,7 @@ EXTRA_COLUMNS = ["point_id", "itl_p90_ms", "server", "asked_rates", "trials", "p
 def point_extras(records: dict[str, PointRecord]) -> pd.DataFrame:
     """What points_table leaves out and the report needs, one row per point id: ITL p90, the server arguments,
     the asked synthetic acceptance rates, trials, the GPUs the engine ran on (tensor x pipeline parallel: a
-    loopback DCP group runs on one) and, for an emulated DCP rank (bench.dcp_emulation), the deployment's input
+    loopback DCP group runs on one) and, for an emulated DCP rank (bench.models.dcp_emulation), the deployment's input
     length (the point's own is the rank's share)."""
     rows = []
     for pid, p in records.items():
@@ -69,7 +69,7 @@ def point_extras(records: dict[str, PointRecord]) -> pd.DataFrame:
 
 def varied_axes(points: pd.DataFrame) -> list[str]:
     """The configuration axes with more than one value in the sweep (all points, whatever their status), the
-    server axes (bench/axes.py) included."""
+    server axes (bench/config/axes.py) included."""
     axes = CONFIG_AXES + axis_columns(points)
     return [a for a in axes if a in points and points[a].nunique(dropna=False) > 1]
 

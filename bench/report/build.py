@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.errors import BenchError
-from bench.files import atomic_write_bytes, atomic_write_table
+from bench.config.slo import Slo
+from bench.core.errors import BenchError
+from bench.core.files import atomic_write_bytes, atomic_write_table
 from bench.report import decision
 from bench.report.markdown import summary_markdown
 from bench.report.roofline import model_configs
 from bench.report.servers import server_table
 from bench.report.tables import points_table, provenance
-from bench.slo import Slo
-from bench.store import SweepStore
+from bench.results.store import SweepStore
 
 
 def build_report(sweep_dir: Path, out_dir: Path | None = None, slo: Slo | None = None) -> dict[str, Path]:

@@ -1,5 +1,5 @@
 """Acceptance per workload and category: the table (pure pandas, from the points table's `categories` column, one
-list of rows per point as bench.metrics.category_metrics stored them), its summary.md rendering, and its plot.
+list of rows per point as bench.measure.metrics.category_metrics stored them), its summary.md rendering, and its plot.
 
 Shown only for sweeps with a text workload or a paced arrival (a sweep of random token ids at fixed concurrency has
 one category per point, the same numbers as the acceptance section), so the reports of earlier sweeps stay what
@@ -114,7 +114,7 @@ def plot_categories(table: pd.DataFrame) -> bytes | None:
 
 
 def html_columns(table: pd.DataFrame) -> dict[str, tuple[str, str | None]]:
-    """The report.html table's columns (header, bench.fmt format spec), pos1..posK included."""
+    """The report.html table's columns (header, bench.core.fmt format spec), pos1..posK included."""
     positions = {c: (f"position {c[3:]}", ".3f") for c in table.columns if c.startswith("pos") and c[3:].isdigit()}
     return {
         "series": ("engine", None),

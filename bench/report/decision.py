@@ -15,7 +15,7 @@ with the baseline's lower, and the reverse). Verdict: "faster" when the interval
 that state a precision and whose steady span is not short (`metrics.steady.short`); only when none does is one of
 the others picked, and the row says so.
 
-With service-level targets (bench.slo) the view also names, per shape, the configuration (no-spec included) with
+With service-level targets (bench.config.slo) the view also names, per shape, the configuration (no-spec included) with
 the most good requests per second (bench.report.goodput).
 """
 
@@ -29,16 +29,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench import dcp_emulation
-from bench.errors import BenchError
-from bench.fmt import fmt, is_missing
-from bench.kimi_rank import is_kimi_rank, parse_spec
+from bench.config.slo import Slo
+from bench.core.errors import BenchError
+from bench.core.fmt import fmt, is_missing
+from bench.models import dcp_emulation
+from bench.models.kimi_rank import is_kimi_rank, parse_spec
 from bench.report.goodput import goodput_table
 from bench.report.servers import server_table
 from bench.report.speedup import has_baseline, speedups
 from bench.report.tables import points_table, provenance
-from bench.slo import Slo
-from bench.store import SweepStore
+from bench.results.store import SweepStore
 
 WITHIN_ONE_START = "within one start"
 

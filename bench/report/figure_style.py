@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 DPI = 100
 LINESTYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P", "*", "h"]
-# an emulated DCP rank (bench.dcp_emulation): never a plain rank's look (a dash-dot-dot line, an X marker)
+# an emulated DCP rank (bench.models.dcp_emulation): never a plain rank's look (a dash-dot-dot line, an X marker)
 EMULATED = {"marker": "X", "linestyle": (0, (4, 1, 1, 1, 1, 1))}
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from bench.fmt import fmt
+from bench.core.fmt import fmt
 from bench.profiling.plot import plot_range_breakdown
 from bench.profiling.step_shares import CaptureShares
 from bench.report.analysis import TEXT_LENGTHS, ReportData
@@ -178,7 +178,7 @@ def plot_roofline(roof: pd.DataFrame) -> bytes | None:
     """Per point, log scale: the bandwidth-bound max decode tok/s (top-k experts; uniform routing) and the
     achieved output tok/s, with the achieved fraction of the top-k bound written next to it and, where the step
     was measured, the share of peak HBM bandwidth its modelled bytes took (bench.report.roofline_check) and, where
-    the sweep measured it, of the copy ceiling (bench.bandwidth)."""
+    the sweep measured it, of the copy ceiling (bench.engine.bandwidth)."""
     if not len(roof):
         return None
     n = len(roof)
@@ -309,7 +309,7 @@ def dcp_tick(rows: pd.DataFrame) -> str:
 
 def dcp_figure(dcp: pd.DataFrame) -> Figure | None:
     """Output tok/s against DCP size on one y axis, one color per measured shape: measured (solid, the stated 95%
-    precision as error bars) beside the same scaled by the modelled communication (dashed, bench.dcp_comm); under
+    precision as error bars) beside the same scaled by the modelled communication (dashed, bench.models.dcp_comm); under
     each size the KV capacity it buys and the largest batch that fits (not measured at that batch)."""
     dcp = dcp[pd.to_numeric(dcp.output_throughput, errors="coerce").notna()] if len(dcp) else dcp
     if not len(dcp) or dcp.dcp_size.nunique() < 2:

@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from bench.fmt import fmt
+from bench.core.fmt import fmt
 from bench.report.figure_style import (
     length_groups,
     new_figure,

@@ -1,10 +1,10 @@
-"""Goodput of a point under service-level targets (bench.slo), per request as `vllm bench serve --goodput` counts
+"""Goodput of a point under service-level targets (bench.config.slo), per request as `vllm bench serve --goodput` counts
 it: a request is good when it succeeded and every target given holds for it (its TTFT, TPOT and end-to-end latency
-as bench.metrics.request_latencies measures them; a request with no token after its first chunk has no TPOT and
+as bench.measure.metrics.request_latencies measures them; a request with no token after its first chunk has no TPOT and
 meets a TPOT target, as vLLM's TPOT of 0 for it does).
 
 Over the point's headline window, as its output tok/s is:
-- steady (bench.window): good requests per second = good requests that finished inside the steady spans over the
+- steady (bench.measure.window): good requests per second = good requests that finished inside the steady spans over the
   spans' length (request_throughput counts every finished one the same way); good output tokens per second = the
   tokens of good requests' chunks that arrived inside the headline's token windows (the whole cycles,
   metrics.steady.cycle_windows; the spans for records without them) over their length, so that with every request
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.metrics import request_latencies
-from bench.records import PointRecord
-from bench.slo import Slo
-from bench.store import SweepStore
-from bench.window import tokens_in
+from bench.config.slo import Slo
+from bench.measure.metrics import request_latencies
+from bench.measure.window import tokens_in
+from bench.results.records import PointRecord
+from bench.results.store import SweepStore
 
 COLUMNS = ["point_id", "goodput_requests_s", "goodput_output_s", "good_requests", "counted_requests", "goodput_window"]
 

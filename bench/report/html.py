@@ -20,8 +20,8 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup
 
-from bench import axes as server_axes
-from bench.fmt import fmt, is_missing
+from bench.config import axes as server_axes
+from bench.core.fmt import fmt, is_missing
 from bench.report import result_fields
 from bench.report import roofline as R
 from bench.report.analysis import LATENCY_METRICS, ReportData
@@ -36,7 +36,7 @@ from bench.report.speedup import stated as speedup_stated
 from bench.report.tables import AXIS_PREFIX
 
 DASH = "–"  # an unknown value in the page's tables
-Columns = Mapping[str, tuple[str, str | None]]  # column -> (header, format spec for bench.fmt.fmt)
+Columns = Mapping[str, tuple[str, str | None]]  # column -> (header, format spec for bench.core.fmt.fmt)
 
 AXIS_NAMES = {
     "draft_attention_backend": "draft backend",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench import axes as server_axes
-from bench.fmt import fmt, md_rows
+from bench.config import axes as server_axes
+from bench.core.fmt import fmt, md_rows
 from bench.report import decision
 from bench.report.categories import category_markdown, has_workloads
 from bench.report.dcp_view import dcp_markdown
@@ -51,7 +51,7 @@ FAILED_COLUMNS = {
 
 
 def _result_columns(points: pd.DataFrame) -> dict[str, tuple[str, int]]:
-    """The results table's columns: after k, each server axis (bench/axes.py) and, with workloads, each point's
+    """The results table's columns: after k, each server axis (bench/config/axes.py) and, with workloads, each point's
     load (workload, sampling, arrival)."""
     result = CONFIG_COLUMNS | markdown_columns(points)  # the measured columns: bench/report/result_fields.py
     keys = list(result)

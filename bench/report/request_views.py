@@ -4,9 +4,9 @@ span and the whole-cycle edges. Pure numpy / pandas; bench.report.analysis.colle
 (`read_raw`) and passes them here and to bench.report.roofline_check.
 
 The samples follow the point's headline window: where the record has steady spans (metrics.steady.spans), each
-closed-loop run's span is found among them and the samples are the span's, as bench.window.steady takes them
+closed-loop run's span is found among them and the samples are the span's, as bench.measure.window.steady takes them
 (request_tpots; step gaps spread over the tokens of each chunk); a point without one (an open loop, too few
-requests, an older record) gives the whole measured window's (bench.metrics.request_latencies). `window` says which.
+requests, an older record) gives the whole measured window's (bench.measure.metrics.request_latencies). `window` says which.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench import window as W
-from bench.metrics import closed_runs, request_latencies
-from bench.records import PointRecord
-from bench.store import SweepStore
+from bench.measure import window as W
+from bench.measure.metrics import closed_runs, request_latencies
+from bench.results.records import PointRecord
+from bench.results.store import SweepStore
 
 TIMELINE_BINS = 60  # tok/s over the window: this many bins per run
 MAX_TIMELINES = 12  # small multiples: at most this many points
@@ -100,7 +100,7 @@ def latency_samples(records: dict[str, PointRecord], raw: RawRows) -> pd.DataFra
 def timelines(records: dict[str, PointRecord], raw: RawRows) -> pd.DataFrame:
     """Per ok point with raw records: output tok/s over its first closed-loop run (the first with a steady span),
     in TIMELINE_BINS bins from the run's first send (`t`: bin centres, s), the run's steady spans, the edges of
-    the whole cycles in them (bench.window.cycle_edges: C completions each) and the record's headline window of
+    the whole cycles in them (bench.measure.window.cycle_edges: C completions each) and the record's headline window of
     whole cycles in this run (metrics.steady.cycle_windows), relative to the same origin; `short`: the record's
     headline holds fewer than 3 whole cycles."""
     rows = []

@@ -4,8 +4,8 @@ with one entry here (after its column in tables.POINT_COLUMNS). The configuratio
 are the renderers' own.
 
 A precision column (PRECISION) is a derived text column under a "+-" header: "x.x%", the record's relative 95%
-half-width (bench.window.precision) of the figure to its left, so that figure never appears without it; "n/a"
-(bench.fmt.NO_PRECISION) where the record states none.
+half-width (bench.measure.window.precision) of the figure to its left, so that figure never appears without it; "n/a"
+(bench.core.fmt.NO_PRECISION) where the record states none.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from bench.fmt import NO_PRECISION, fmt, is_missing
+from bench.core.fmt import NO_PRECISION, fmt, is_missing
 
 
 @dataclass(frozen=True)

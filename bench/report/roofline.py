@@ -30,7 +30,7 @@ ignored).
 
 A k = 0 (no speculation) step reads the target's weights and KV only; it needs no draft config.
 
-A target that is bench.kimi_rank's generated rank (its stored config is exactly the generator's,
+A target that is bench.models.kimi_rank's generated rank (its stored config is exactly the generator's,
 `kimi_rank.spec_from_config`) is counted by `kimi_rank.decode_step_bytes` instead (`rank_step_bytes`): that model
 knows the compressed-tensors int4 experts (0.5 byte + a bf16 scale per 32 weights) and Kimi's ignore list, which
 this config-generic count does not (it counts such experts at the model dtype).
@@ -38,7 +38,7 @@ this config-generic count does not (it counts such experts at the model dtype).
 Not modelled: activations, the sampler, prefill, kernel efficiency, launch overheads, communication.
 
 The bandwidth is the datasheet's (GPU_BANDWIDTH). Where the sweep measured the GPU's device-to-device copy
-ceiling (bench.bandwidth, manifest environment["bandwidth"]; `measured_bandwidth`), the report shows it beside
+ceiling (bench.engine.bandwidth, manifest environment["bandwidth"]; `measured_bandwidth`), the report shows it beside
 the datasheet figure and the achieved bandwidth as a share of both.
 
 This module is the model (bytes per step from the configs); bench.report.roofline_points applies it to a sweep
@@ -50,9 +50,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from bench import kimi_rank
-from bench.effective import stored_model_configs
-from bench.fmt import fmt
+from bench.core.fmt import fmt
+from bench.measure.effective import stored_model_configs
+from bench.models import kimi_rank
 
 # Peak HBM bandwidth per GPU, bytes/s (vendor datasheets). Matched against nvidia-smi's name, most specific first.
 GPU_BANDWIDTH = [
@@ -91,10 +91,11 @@ def gpu_bandwidth(gpu_name: str | None) -> tuple[float, str] | None:
 
 def measured_bandwidth(environment: dict) -> tuple[float | None, str]:
     """(bytes/s, what to show) of the device-to-device copy ceiling a sweep on a GPU measured (manifest
-    environment["bandwidth"], bench.bandwidth: best of its repeats, read + write counted); bytes/s None when it
+    environment["bandwidth"], bench.engine.bandwidth: best of its repeats, read + write counted); bytes/s None when it
     was not measured, with the reason."""
     entry = environment.get("bandwidth")
     if not isinstance(entry, dict):
+        # the module's path before issue 41 (now bench.engine.bandwidth), kept so that the committed reports' text stays as it is
         return None, "not measured (results from before bench.bandwidth)"
     try:
         bw = float(entry.get("bytes_per_s") or 0)
@@ -117,7 +118,7 @@ def measured_bandwidth(environment: dict) -> tuple[float | None, str]:
 
 def model_configs(sweep_dir: Path) -> dict[str, tuple[dict | None, dict | None]]:
     """{engine id: (target config.json dict, draft config.json dict)} as the sweep stored them with its results
-    (bench.effective.store_model_configs: models/<engine id>/{target,draft}.json). Results without them (sweeps
+    (bench.measure.effective.store_model_configs: models/<engine id>/{target,draft}.json). Results without them (sweeps
     before they were stored) give {}: their shapes are unknown, never re-read from today's generator or disk."""
     stored = stored_model_configs(sweep_dir)
     return {engine: (_language_model(c["target"]), _language_model(c["draft"])) for engine, c in stored.items()}
@@ -292,7 +293,7 @@ def rank_step_bytes(
     draft_kv_dtype: str | None,
     routing: str = "top_k",
 ) -> dict:
-    """step_bytes' parts for a generated kimi-rank target, from bench.kimi_rank.decode_step_bytes (one GPU: the
+    """step_bytes' parts for a generated kimi-rank target, from bench.models.kimi_rank.decode_step_bytes (one GPU: the
     rank is a TP1 model, nothing is divided)."""
     b = kimi_rank.decode_step_bytes(
         spec,

@@ -6,7 +6,7 @@ Measured step time (`step_measurement`): the engine's decode step measured direc
 (metrics.step_ms, the gaps between streamed chunks while all of the point's requests decode; its p50, labelled
 "steady step p50"); else derived, as before, as mean TPOT x mean acceptance length (1 without a draft): TPOT is per
 output token of one request, and one step (a draft round + the target's verify) yields mean-acceptance-length
-tokens per request. Mean TPOT is 1000 / per-user output tok/s (bench.metrics.summarize defines per-user tok/s that
+tokens per request. Mean TPOT is 1000 / per-user output tok/s (bench.measure.metrics.summarize defines per-user tok/s that
 way). The derived step holds whatever else the whole window holds (ramp-up, tail, prefill), the steady one less.
 
 What the results tell besides the numbers (read from the results directory alone):
@@ -14,7 +14,7 @@ What the results tell besides the numbers (read from the results directory alone
   (first to last streamed token) during which some measured request was still waiting for its first token;
   those steps carry prefill chunks the byte model does not count;
 - vLLM's whole-engine CUDA graph downgrade (a TRITON_MLA draft on 0.26.0), re-read from the server log with
-  bench.effective (results written before the run-time flag existed have only the log).
+  bench.measure.effective (results written before the run-time flag existed have only the log).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.effective import read_effective
-from bench.fmt import fmt
-from bench.records import PointRecord
-from bench.store import SweepStore
+from bench.core.fmt import fmt
+from bench.measure.effective import read_effective
+from bench.results.records import PointRecord
+from bench.results.store import SweepStore
 
 # A decode window with prefill running next to it this much of the time is not a pure decode measurement.
 OVERLAP_SHARE = 0.10

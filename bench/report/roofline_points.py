@@ -3,7 +3,7 @@ tok/s and the achieved fraction of it, the modelled bytes of a step against its 
 bandwidth, bench.report.roofline_check), the table of every model input, and notes on why there is no bound.
 
 A k = 0 (no speculation) point needs only the target's stored config; a generated kimi-rank target is counted by
-bench.kimi_rank.decode_step_bytes (bench.report.roofline.rank_step_bytes)."""
+bench.models.kimi_rank.decode_step_bytes (bench.report.roofline.rank_step_bytes)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from bench import dcp_emulation, kimi_rank
-from bench.fmt import fmt
+from bench.core.fmt import fmt
+from bench.models import dcp_emulation, kimi_rank
 from bench.report.roofline import (
     draft_fc_params,
     draft_pass_params,
@@ -43,6 +43,7 @@ CHECK_COLUMNS = ["byte_model", "tpot_mean_ms", "step_ms", "step_source", "model_
 CHECK_COLUMNS += ["achieved_fraction", "measured_bandwidth_bytes_s", "achieved_fraction_measured"]
 CHECK_COLUMNS += ["prefill_overlap", "note"]
 ROOFLINE_COLUMNS += CHECK_COLUMNS
+# the module's path before issue 41 (now bench.models.kimi_rank), kept so that the committed reports' text stays as it is
 KIMI_MODEL = "bench.kimi_rank.decode_step_bytes"
 GENERIC_MODEL = "bench.report.roofline.step_bytes"
 
@@ -168,7 +169,7 @@ class _Step:
 
     def bytes(self, target: dict, draft: dict | None, spec: kimi_rank.RankSpec | None, routing: str) -> dict:
         """The step's bytes by part: a generated kimi-rank target (one GPU, int4 experts counted right) by
-        bench.kimi_rank's model, any other by the config-generic one."""
+        bench.models.kimi_rank's model, any other by the config-generic one."""
         if spec is not None:
             return rank_step_bytes(
                 spec,
@@ -293,6 +294,7 @@ def measured_bandwidth_row(
     value, text = measured
     if value is not None and datasheet:
         text += f"; {fmt(value / datasheet[0], '.0%')} of the datasheet's {fmt(datasheet[0] / 1e12)} TB/s"
+    # the module's path before issue 41 (now bench.engine.bandwidth), kept so that the committed reports' text stays as it is
     return ("measured copy bandwidth per GPU", text, "manifest environment.bandwidth (bench.bandwidth)")
 
 

@@ -1,7 +1,7 @@
 """The report's server table: per engine config, how its server started and what memory it had, from the point
 records (`server.ready_s` of each start that served points) and vLLM's own start-up lines in the server log (model
 load, engine init and compile times, CUDA graph capture, KV cache memory and tokens). A log that holds several
-starts (a resumed sweep appends; bench.server heads each with a "# bench: " line) shows every start's value when
+starts (a resumed sweep appends; bench.engine.server heads each with a "# bench: " line) shows every start's value when
 they differ, in start order joined by "/", with "-" for a start that did not log it (one that died before): the
 values of one start line up across the columns.
 """
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.fmt import fmt
-from bench.records import PointRecord
-from bench.store import SweepStore
+from bench.core.fmt import fmt
+from bench.results.records import PointRecord
+from bench.results.store import SweepStore
 
 #: column -> the vLLM log line's pattern (its first group is the value); the same lines in vLLM 0.26 and 0.32-cpu
 LOG_FIGURES: dict[str, re.Pattern[str]] = {
@@ -29,7 +29,7 @@ LOG_FIGURES: dict[str, re.Pattern[str]] = {
     "kv_tokens": re.compile(r"GPU KV cache size: ([\d,]+) tokens"),
     "max_concurrency": re.compile(r"Maximum concurrency for ([\d,]+ tokens per request: [\d.]+x)"),
 }
-_START = "# bench: "  # bench.server's first line of each start in the log
+_START = "# bench: "  # bench.engine.server's first line of each start in the log
 # torch.compile in one start: it compiled a graph, or loaded them from vLLM's compile cache (a start's speed could
 # depend on which: docs/measurement.md); neither line: eager, or a start that died first. Judged per compiled unit
 # (the target, the draft: each ends at vLLM's "torch.compile took" line), because vLLM 0.26 logs "Compiling a graph
@@ -40,7 +40,7 @@ COMPILED = re.compile(r"Compiling a graph for ")
 CACHE_LOADED = re.compile(r"Directly load (?:AOT compilation|the compiled graph)")
 
 SERVER_COLUMNS = ["engine", "engine_id", "starts", "ready_s", "torch_compile", *LOG_FIGURES]
-#: column -> header, for summary.md and report.html (the logged text, its numbers through bench.fmt: `shown`)
+#: column -> header, for summary.md and report.html (the logged text, its numbers through bench.core.fmt: `shown`)
 SERVER_HEADERS = {
     "engine": "engine config",
     "starts": "starts",
@@ -115,7 +115,7 @@ _LOGGED_NUMBER = re.compile(r"\d[\d,]*\.\d+")
 
 def shown(servers: pd.DataFrame) -> pd.DataFrame:
     """The server table as the reports show it: every decimal number in the logged values (a start's "6.184323",
-    each of "9.824195/6.282417", the "140.28x" of a concurrency) through bench.fmt, at most two decimals and
+    each of "9.824195/6.282417", the "140.28x" of a concurrency) through bench.core.fmt, at most two decimals and
     SIGNIFICANT digits; servers.csv keeps them as logged."""
 
     def reformat(value):

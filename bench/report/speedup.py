@@ -1,7 +1,7 @@
 """Speculative speedup per point: over the no-speculation (k = 0) baseline of the same load and engine otherwise.
 
 Two ratios, both > 1 when speculation helps:
-- output tok/s: the point's over the baseline's, both over their steady span when they have one (bench.window:
+- output tok/s: the point's over the baseline's, both over their steady span when they have one (bench.measure.window:
   all C requests in flight, ramp-up and drain left out), so a slot's cycle still holds its request's prefill;
 - decode time per token: the baseline's TPOT p50 over the point's (per request, inside the steady span).
 When the two differ by more than CAUSE_LIMIT, the notes name the measured cause where they can: a slot serves
@@ -19,12 +19,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bench import dcp_emulation
-from bench.fmt import fmt
+from bench.core.fmt import fmt
+from bench.models import dcp_emulation
 from bench.report.result_fields import pm_text
 from bench.report.tables import plain_points
 
-# the baseline of a point: the k = 0 point of the same DCP, server axes (bench/axes.py) and load
+# the baseline of a point: the k = 0 point of the same DCP, server axes (bench/config/axes.py) and load
 BASELINE_KEY = [
     "engine_base",  # the same target, weights and [server] settings
     "dcp_size",

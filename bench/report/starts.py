@@ -29,8 +29,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from scipy import stats
 
-from bench.files import atomic_write_bytes
-from bench.fmt import fmt
+from bench.core.files import atomic_write_bytes
+from bench.core.fmt import fmt
 from bench.report import decision
 from bench.report.analysis import enrich
 from bench.report.figure_style import new_figure, png_or_none
@@ -38,7 +38,7 @@ from bench.report.markdown import md_table
 from bench.report.servers import server_table
 from bench.report.speedup import with_speedups
 from bench.report.tables import points_table
-from bench.store import SweepStore
+from bench.results.store import SweepStore
 
 START_DIR = re.compile(r"^start-(\d+)$")
 CONFIDENCE = 0.95

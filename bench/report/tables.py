@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench import axes as server_axes
-from bench.dcp_comm import chunked_prefill_workspace
-from bench.records import (
+from bench.config import axes as server_axes
+from bench.models.dcp_comm import chunked_prefill_workspace
+from bench.results.records import (
     Effective,
     EngineSettings,
     Metrics,
@@ -19,7 +19,7 @@ from bench.records import (
     Steady,
     Summary,
 )
-from bench.store import SweepStore
+from bench.results.store import SweepStore
 
 POINT_COLUMNS = [
     "point_id",
@@ -32,23 +32,23 @@ POINT_COLUMNS = [
     "dcp_emulated",  # N: one rank of DCP-N emulated on one GPU (input_len is its share); None: not emulated
     "dcp_loopback",  # True: DCP N as rank 0 of N identical ranks on a loopback group (bench/profiling/dcp_loopback)
     "num_speculative_tokens",
-    "server_axes",  # the server axes' part of the engine label (bench/axes.py), None without; each has a column too
+    "server_axes",  # the server axes' part of the engine label (bench/config/axes.py), None without; each has a column too
     "engine_base",  # hash of the target, its weights and the [server] settings (EngineSettings.base_id)
     "concurrency",
     "input_len",
     "output_len",
     "acceptance_mode",
-    "window",  # "steady": the headline figures are the steady span's (bench.window); "whole": the whole window's
+    "window",  # "steady": the headline figures are the steady span's (bench.measure.window); "whole": the whole window's
     "output_throughput",
     "output_throughput_whole",  # over the whole measured window (ramp-up and drain included), labelled apart
     "throughput_halfwidth",  # relative 95% half-width of the steady output tok/s (ratio over whole cycles)
     "tpot_halfwidth",
     "step_p50_ms",  # the engine's step in the steady span: the gap between a request's successive chunks
     "steady_fraction",  # the steady span's share of the measured window
-    "steady_cycles",  # whole cycles of the loop under the headline (bench.window); None: an older record
+    "steady_cycles",  # whole cycles of the loop under the headline (bench.measure.window); None: an older record
     "steady_short",  # fewer than 3 whole cycles: no precision, never a report's best figure
     "precision_units",  # the units the +- is computed over (blocks or whole-cycle sub-windows)
-    "within_block_cv",  # sub-windows about their block's rate (bench.window.precision)
+    "within_block_cv",  # sub-windows about their block's rate (bench.measure.window.precision)
     "between_block_cv",  # a start's blocks, each at its own phase, about the headline
     "target",  # the target model as the profile named it ("tiny", "kimi-rank:tp=8,...", a model id)
     "weights",  # "dummy", "zero-final-norm" or "real"
@@ -80,13 +80,13 @@ POINT_COLUMNS = [
     "kv_cache_dtype_ran",
     "cudagraph_mode",
     "kv_cache_tokens",  # vLLM's "GPU KV cache size" (under DCP N: the group's tokens, N x the rank's local slots)
-    "mla_prefill_workspace",  # rows of vLLM's MLA chunked-prefill workspace (bench.dcp_comm), None when unknown
+    "mla_prefill_workspace",  # rows of vLLM's MLA chunked-prefill workspace (bench.models.dcp_comm), None when unknown
     "mismatch",
     "detail",
     "workload",  # None for the default workload (random ids at fixed concurrency); else `<id> <sampling>`
     "load",  # the point's load label (the batch shape, or workload, sampling and arrival)
     "arrival",
-    "categories",  # bench.metrics.category_metrics rows (bench.report.categories)
+    "categories",  # bench.measure.metrics.category_metrics rows (bench.report.categories)
 ]
 
 
@@ -131,7 +131,7 @@ def point_row(p: PointRecord) -> dict:
         "draft_kv_cache_dtype": eng.draft_kv_cache_dtype,
         "dcp_size": eng.dcp_size,
         "dcp_emulated": (cfg.emulation or {}).get("dcp_size"),
-        # bench.plan.EngineConfig.dcp_loopback's rule: DCP N > 1 on TP 1
+        # bench.config.plan.EngineConfig.dcp_loopback's rule: DCP N > 1 on TP 1
         "dcp_loopback": eng.dcp_size > 1 and eng.tensor_parallel_size() == 1,
         "num_speculative_tokens": eng.num_speculative_tokens,
         "server_axes": server_axes.label(sorted(eng.axes.items())) or None,
@@ -141,7 +141,7 @@ def point_row(p: PointRecord) -> dict:
         "input_len": shape.get("input_len"),
         "output_len": shape.get("output_len", (workload.get("sampling") or {}).get("max_tokens")),
         "acceptance_mode": eng.acceptance["mode"],
-        "window": m.window,  # records before the steady window: the whole window (bench.migrate)
+        "window": m.window,  # records before the steady window: the whole window (bench.results.migrate)
         "output_throughput": m.output_throughput,
         "output_throughput_whole": m.whole_window().output_throughput,
         "throughput_halfwidth": precision.output_throughput_halfwidth,
@@ -163,7 +163,7 @@ def point_row(p: PointRecord) -> dict:
         "per_user_output_throughput": m.per_user_output_throughput,
         "request_throughput": m.request_throughput,
         "ttft_p50_ms": pct(m.ttft_ms, "p50"),
-        # where the TTFT's window is not the headline's (bench.metrics: a steady span into which no request was sent)
+        # where the TTFT's window is not the headline's (bench.measure.metrics: a steady span into which no request was sent)
         "ttft_window": ttft_window if (ttft_window := getattr(steady, "ttft_window", None)) != m.window else None,
         "ttft_p90_ms": pct(m.ttft_ms, "p90"),
         "ttft_p99_ms": pct(m.ttft_ms, "p99"),
@@ -204,7 +204,7 @@ AXIS_PREFIX = "axis."
 
 
 def axis_column(name: str) -> str:
-    """The points table's column of a server axis (bench/axes.py)."""
+    """The points table's column of a server axis (bench/config/axes.py)."""
     return AXIS_PREFIX + name
 
 
@@ -271,6 +271,6 @@ def sessions_line(manifest: dict, points: dict[str, dict]) -> str:
 
 
 def plain_points(df: pd.DataFrame) -> pd.DataFrame:
-    """The points that are not an emulated DCP rank (bench.dcp_emulation): one rank at 1/N of the context is not
+    """The points that are not an emulated DCP rank (bench.models.dcp_emulation): one rank at 1/N of the context is not
     comparable cell by cell with the plain ranks (the heatmap and the headline speedup leave them out)."""
     return df[df.dcp_emulated.isna()] if "dcp_emulated" in df else df

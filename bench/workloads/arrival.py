@@ -30,7 +30,7 @@ from typing import Generic, Literal, TypeVar
 import numpy as np
 from pydantic import Field, model_validator
 
-from bench.schema import Strict
+from bench.core.schema import Strict
 
 INF = math.inf
 T = TypeVar("T")

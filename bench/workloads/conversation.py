@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from bench.schema import Strict
+from bench.core.schema import Strict
 
 DEFAULT_CATEGORY = "uncategorized"  # rows that name no category
 
@@ -72,7 +72,7 @@ class Dataset(Strict):
 
     def take(self, n: int, seed: int, start: int) -> tuple[list[Conversation], int]:
         """n conversations, categories taking turns, from the run's one seeded order of each category's
-        conversations, starting at round `start` (bench.plan.Plan.sample_start gives each trial a stretch of its
+        conversations, starting at round `start` (bench.config.plan.Plan.sample_start gives each trial a stretch of its
         own); and how many of them come round again because a category ran out (0 while the dataset lasts)."""
         if n < 0 or start < 0:
             raise ValueError("n and start must be >= 0")

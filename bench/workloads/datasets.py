@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from bench.errors import BenchError
-from bench.files import atomic_write_json
+from bench.core.errors import BenchError
+from bench.core.files import atomic_write_json
 from bench.workloads import sources, spec
 from bench.workloads.conversation import Conversation, Dataset, Provenance
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
-from bench.errors import BenchError
+from bench.core.errors import BenchError
 from bench.workloads import rows, spec
 from bench.workloads.conversation import DEFAULT_CATEGORY
 from bench.workloads.sources import RawSource

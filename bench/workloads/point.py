@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import Field
 
-from bench.schema import Strict
+from bench.core.schema import Strict
 from bench.workloads.arrival import Arrival
 
 RANDOM = "random"  # the default workload's id, and the kind of token-id workloads

@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench.errors import BenchError
+from bench.core.errors import BenchError
 from bench.workloads.conversation import DEFAULT_CATEGORY, Conversation, Message
 
 SHAREGPT_USER = {"human", "user"}

@@ -13,7 +13,7 @@ import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.errors import BenchError
+from bench.core.errors import BenchError
 from bench.workloads import rows, spec
 from bench.workloads.conversation import Conversation
 

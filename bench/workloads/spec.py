@@ -7,8 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-from bench.errors import BenchError
-from bench.schema import Strict
+from bench.core.errors import BenchError
+from bench.core.schema import Strict
 
 SPEED_BENCH_SUBSETS = (
     "qualitative",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the H200 host after install-on-gpu-host.sh: the measured memory-bandwidth ceiling the roofline shows beside the
-# datasheet figure (bench/bandwidth.py: a device-to-device copy of two 2 GiB buffers, CUDA events, read + write
+# datasheet figure (bench/engine/bandwidth.py: a device-to-device copy of two 2 GiB buffers, CUDA events, read + write
 # counted, best and median of the repeats), once per visible GPU (default: GPU 0 only), as $OUT/bandwidth-gpu<i>.json.
 # Usage: bandwidth.sh [GPU_INDEX...]
 set -uo pipefail
@@ -8,7 +8,7 @@ source scripts/gpu/common.sh
 rc=0
 for i in "${@:-0}"; do
   echo "== GPU $i"
-  timeout 300 python -m bench.bandwidth --device "$i" > "$OUT/bandwidth-gpu$i.json" || rc=1
+  timeout 300 python -m bench.engine.bandwidth --device "$i" > "$OUT/bandwidth-gpu$i.json" || rc=1
   python - "$OUT/bandwidth-gpu$i.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -28,8 +28,8 @@ nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,nohead
 smi=$!
 python - "$prof" > "$OUT/estimate.txt" <<'PY'
 import sys
-from bench import kimi_rank as K
-from bench.profile import load_profile
+from bench.models import kimi_rank as K
+from bench.config.profile import load_profile
 spec = K.parse_spec(load_profile(sys.argv[1], "gpu").model.target)
 print(K.estimate(spec).table())
 PY
@@ -37,9 +37,9 @@ cat "$OUT/estimate.txt"
 points_of() {  # the point ids of one engine label and the chosen shapes
   python - "$prof" "$1" "$shapes" <<'PY'
 import sys
-from bench.hardware import detect_machine
-from bench.plan import make_plan
-from bench.profile import load_profile
+from bench.core.hardware import detect_machine
+from bench.config.plan import make_plan
+from bench.config.profile import load_profile
 prof, label, shapes = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
 plan = make_plan(load_profile(prof, "gpu"), detect_machine())
 print(",".join(p.id for p in plan.runnable + plan.skipped if p.engine.label() == label and p.shape.label in shapes))

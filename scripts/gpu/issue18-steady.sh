@@ -4,7 +4,7 @@
 # Resumable across calls: results stay in /tmp/res on the machine and go back as $OUT/steady.tgz after every call.
 # Usage: issue18-steady.sh BUDGET_SECONDS STEP...
 #   a   server start A: every point of the profile (no-spec, FLASHMLA/fp8, TRITON_MLA/fp8 x 4 shapes); first the
-#       measured copy-bandwidth ceiling (bench/bandwidth.py) into $OUT/bandwidth.json
+#       measured copy-bandwidth ceiling (bench/engine/bandwidth.py) into $OUT/bandwidth.json
 #   b   server start B: no-spec and FLASHMLA/fp8 again (8x1024x256 first, then the other shapes), a second folder
 #   x   the client cross-check (benchmarks/client_crosscheck.py) on one FLASHMLA/fp8 server, 8x1024x256, X_ROUNDS
 #       rounds at most (default 2; it starts one only while it fits the time left), X_PROMPTS
@@ -31,9 +31,9 @@ host=$!
 points_of() {  # point ids of the engine labels (';'-separated) and shapes (','-separated), in the order given
   python - "$prof" "$1" "$2" <<'PY'
 import sys
-from bench.hardware import detect_machine
-from bench.plan import make_plan
-from bench.profile import load_profile
+from bench.core.hardware import detect_machine
+from bench.config.plan import make_plan
+from bench.config.profile import load_profile
 prof, labels, shapes = sys.argv[1], sys.argv[2].split(";"), sys.argv[3].split(",")
 plan = make_plan(load_profile(prof, "gpu"), detect_machine())
 print(",".join(p.id for s in shapes for l in labels for p in plan.runnable if p.engine.label() == l and p.shape.label == s))
@@ -50,7 +50,7 @@ sweep() {  # sweep DIR POINTS: run (or resume) those points into /tmp/res/DIR wi
 for step in "$@"; do
   case $step in
     a)
-      [ -e /tmp/res/bandwidth.json ] || timeout 300 python -m bench.bandwidth > /tmp/res/bandwidth.json
+      [ -e /tmp/res/bandwidth.json ] || timeout 300 python -m bench.engine.bandwidth > /tmp/res/bandwidth.json
       sweep ${A_DIR:-start-a} "" ;;
     b)
       sweep ${B_DIR:-start-b} "$(points_of "${B_ENGINES:-no-spec dcp1 k0;FLASHMLA/fp8 dcp1 k3}" ${B_SHAPES:-8x1024x256,1x1024x256,32x1024x256,8x8192x256})" ;;

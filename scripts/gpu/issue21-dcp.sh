@@ -20,9 +20,9 @@ smi=$!
 points_of() {  # point ids of the DCP sizes (','-separated) and shapes (','-separated), in the order given
   python - "$prof" "$1" "$2" <<'PY'
 import sys
-from bench.hardware import detect_machine
-from bench.plan import make_plan
-from bench.profile import load_profile
+from bench.core.hardware import detect_machine
+from bench.config.plan import make_plan
+from bench.config.profile import load_profile
 prof, sizes, shapes = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], sys.argv[3].split(",")
 plan = make_plan(load_profile(prof, "gpu"), detect_machine())
 print(",".join(p.id for n in sizes for s in shapes for p in plan.runnable if p.engine.dcp_size == n and p.shape.label == s))

@@ -65,7 +65,7 @@ set_patch() {  # whole | without: the series, or the series without dcp-spec-dec
 points_of() {  # PROFILE SIZES(,) K SHAPE...: point ids of those DCP sizes (in that order), k and shapes
   python - "$@" <<'PY'
 import sys
-from bench.plan import plan_sweep
+from bench.config.plan import plan_sweep
 prof, sizes, k, shapes = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], int(sys.argv[3]), sys.argv[4:]
 plan = plan_sweep(prof, dry_run=True)  # the ids `sweep --dry-run` prints (on CPU too: the check below)
 print(",".join(p.id for n in sizes for p in plan.runnable

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from bench.server import free_port
+from bench.engine.server import free_port
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""A stand-in for bench.loadgen.run_closed_loop (patched into bench.trial): it runs the closed loop's own rules
+"""A stand-in for bench.load.loadgen.run_closed_loop (patched into bench.run.trial): it runs the closed loop's own rules
 (warm-up count, the window rule's `more`) without a server, one scripted record per request, and lets a test
 inject a fault after the first measured request. Where the real loop runs: tests/integration/test_sweep_cpu.py."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import types
 from collections.abc import Callable
 
-from bench.loadgen import RequestRecord
+from bench.load.loadgen import RequestRecord
 
 
 def scripted_record(index: int, phase: str, prompt_len: int, max_tokens: int, ok: bool = True) -> RequestRecord:

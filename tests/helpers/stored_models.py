@@ -1,5 +1,5 @@
 """A copy of a committed results directory with the model configs stored the way a sweep now stores them
-(models/<engine id>/{target,draft}.json, bench.effective.store_model_configs).
+(models/<engine id>/{target,draft}.json, bench.measure.effective.store_model_configs).
 
 The committed examples were swept before the configs were stored, so their reports say the shapes are unknown
 (tests/unit/test_report_html.py checks that). To keep testing the roofline on their real measurements, the tests
@@ -13,9 +13,9 @@ import json
 import shutil
 from pathlib import Path
 
-from bench.effective import MODELS_DIR
-from bench.models import FLAVORS, draft_config, target_config
-from bench.store import SweepStore
+from bench.measure.effective import MODELS_DIR
+from bench.models.models import FLAVORS, draft_config, target_config
+from bench.results.store import SweepStore
 
 
 def write_tiny_gpu_configs(root: Path, engine_ids) -> None:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bench.dcp_local import local_len
+from bench.models.dcp_local import local_len
 from bench.patching import apply_series, locate_vllm
 from tests.conftest import HELPERS, copy_tree, vllm_env
 

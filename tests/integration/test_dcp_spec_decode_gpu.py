@@ -7,7 +7,7 @@ Needs a CUDA GPU with FlashMLA (sm90/sm100) and a vLLM 0.26.* or 0.33.* with the
 
 What runs is vLLM's code, not a copy:
 - the sharding: vLLM's own slot-mapping kernel (`BlockTables.compute_slot_mappings`, v1/worker/gpu/block_table.py)
-  places every token of every sequence on its rank; the test checks those slots against bench.dcp_local;
+  places every token of every sequence on its rank; the test checks those slots against bench.models.dcp_local;
 - the patched decode path: `FlashMLAMetadataBuilder._build_decode` (per-token rows, FlashMLA scheduler metadata)
   and `FlashMLAImpl.forward_mqa` (the FlashMLA kernel, bf16 or fp8), called on instances made without __init__
   that hold only the attributes those methods read (a real builder needs a model config and a DCP group);
@@ -35,7 +35,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.dcp_local import local_index, verify_rows, whole_request_mask
+from bench.models.dcp_local import local_index, verify_rows, whole_request_mask
 
 pytestmark = pytest.mark.gpu
 
@@ -109,7 +109,7 @@ def reference(q: torch.Tensor, kv: list[torch.Tensor], k: int):
 
 def shard(kv: list[torch.Tensor], size: int, rank: int, interleave: int, block_ids: torch.Tensor):
     """Rank `rank`'s paged KV cache, filled through vLLM's own slot mapping (every token of every sequence as one
-    prefill), and that mapping checked against bench.dcp_local."""
+    prefill), and that mapping checked against bench.models.dcp_local."""
     from vllm.v1.worker.gpu.block_table import BlockTables
 
     reqs, width = block_ids.shape
@@ -141,7 +141,7 @@ def shard(kv: list[torch.Tensor], size: int, rank: int, interleave: int, block_i
             else:
                 li = local_index(p, size, interleave)
                 want.append(int(block_ids[j, li // BLOCK]) * BLOCK + li % BLOCK)
-    assert slots.tolist() == want, "vLLM's slot mapping and bench.dcp_local disagree"
+    assert slots.tolist() == want, "vLLM's slot mapping and bench.models.dcp_local disagree"
     values, held = torch.cat(kv), slots >= 0
     shape = (int(block_ids.max()) + 1, BLOCK, LORA + ROPE)
     if values.dtype == torch.bfloat16:
@@ -273,7 +273,7 @@ CASES = [(n, i, kind, 3) for n in (2, 4, 8) for i in (1, 64) for kind in ("bf16"
 @pytest.mark.parametrize("size, interleave, kind, k", CASES)
 def test_sharded_verify_decode_equals_whole_kv_attention(flashmla, size, interleave, kind, k):
     got = run_case(flashmla, size, interleave, kind, k)
-    # The rows the patched builder gave each rank: one per verify token, with bench.dcp_local's lengths.
+    # The rows the patched builder gave each rank: one per verify token, with bench.models.dcp_local's lengths.
     for rank, meta in enumerate(got["metas"]):
         want = [r.local_len for r in verify_rows(SEQ_LENS, [k + 1] * len(SEQ_LENS), size, rank, interleave)]
         assert meta.seq_lens.tolist() == want
@@ -283,7 +283,7 @@ def test_sharded_verify_decode_equals_whole_kv_attention(flashmla, size, interle
 
 
 def test_the_unpatched_row_per_request_fails_the_same_check(flashmla):
-    """The control: N = 2, interleave 1, where every rank's whole-request mask is wrong (bench.dcp_local), decoded
+    """The control: N = 2, interleave 1, where every rank's whole-request mask is wrong (bench.models.dcp_local), decoded
     without the per-token rows. Its error must exceed the tolerance tenfold, or the check above proves nothing."""
     k = 3
     assert any(

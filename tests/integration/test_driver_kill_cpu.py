@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.config.plan import plan_sweep
 from bench.patching import locate_vllm
-from bench.plan import plan_sweep
-from bench.store import SweepStore
+from bench.results.store import SweepStore
 from tests.conftest import processes_using
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from bench.cli import main
-from bench.dcp_local import verify_rows
-from bench.errors import BenchError
+from bench.core.errors import BenchError
+from bench.models.dcp_local import verify_rows
 from bench.patching import apply_series, locate_vllm, manager, patch_report, revert_series
 from bench.patching.series import PATCHES_DIR, all_series
 from tests.conftest import HELPERS, REPO, copy_tree, tree_bytes, vllm_env
@@ -217,7 +217,7 @@ ROW_CASES = [
 
 def test_patched_flashmla_rows_match_the_reference_on_every_rank(vllm_copy, tmp_path):
     """The patched module's own per-token rows (the function and the builder method, run on CPU tensors) give
-    every query token the request and DCP-local length bench.dcp_local brute-force-checks, for every rank,
+    every query token the request and DCP-local length bench.models.dcp_local brute-force-checks, for every rank,
     padding rows length 0, block-table rows copied from their request, in the builder's persistent buffers, which a
     block table of another width does not replace (an error: captured FULL CUDA graphs read them)."""
     version, base = vllm_copy

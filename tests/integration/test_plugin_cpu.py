@@ -14,12 +14,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.models import write_tiny_models
+from bench.engine.server import Server, ServerSpec, free_port
+from bench.models.models import write_tiny_models
 from bench.patching import apply_series, locate_vllm
 from bench.profiling import targets
 from bench.profiling.nsys_analysis import summarize_ranges
 from bench.profiling.timing import load_timing_dir
-from bench.server import Server, ServerSpec, free_port
 from tests.conftest import processes_using, vllm_env
 
 pytestmark = pytest.mark.slow

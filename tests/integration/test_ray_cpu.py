@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from bench.store import SweepStore
+from bench.results.store import SweepStore
 from tests.conftest import processes_using
 from tests.helpers.ray_cluster import RAY_ENV, start_cluster, stop_cluster
 from tests.helpers.streamed import stream
@@ -76,7 +76,7 @@ def faulted(cluster):
     seen: dict = {}
 
     def inject(line: str, proc: subprocess.Popen) -> None:
-        # Lines: "[ray 1/4 points, ETA 0.1 min] NODE ENGINE: PHASE [note]" (bench.progress.PlainView)
+        # Lines: "[ray 1/4 points, ETA 0.1 min] NODE ENGINE: PHASE [note]" (bench.run.progress.PlainView)
         if " worker/" in line and ": loading" in line and "lost_engine" not in seen:
             # Its server is starting (a CPU point takes a second or two: killing during one would race it).
             time.sleep(5.0)

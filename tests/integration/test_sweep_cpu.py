@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.patching import apply_series, locate_vllm
-from bench.store import SweepStore
+from bench.results.store import SweepStore
 from tests.conftest import processes_using
 from tests.helpers.streamed import stream
 
@@ -127,7 +127,7 @@ def test_resume_reruns_failed_points_to_completion(faulted_sweep):
         assert all(r["prompt_tokens"] == shape["input_len"] for r in raw)
         assert max(max(r["chunk_tokens"]) for r in raw) > 1
         assert p["effective"]["target_attention_backend"] == "CPU_MLA" and p["mismatch"] == []
-        # vLLM's own counters over the window saw exactly what the client received (bench.metrics.served_check)
+        # vLLM's own counters over the window saw exactly what the client received (bench.measure.metrics.served_check)
         served = p["served"]
         assert served["server_generation_tokens"] == served["client_output_tokens"] == m["output_tokens"]
         assert served["server_finished_requests"] == served["client_requests"] == sent and served["token_ratio"] == 1
@@ -154,7 +154,7 @@ def test_resume_reruns_failed_points_to_completion(faulted_sweep):
         "over each window (4 of 4 points)" in summary
         and "the tokens the client received: equal at every point" in summary
     )
-    from bench.compare import compare_dirs
+    from bench.verdicts.compare import compare_dirs
 
     table = compare_dirs(out, out)["table"]
     assert len(table) == 4 * 6 and set(table.verdict) == {"insufficient data"} and set(table.ratio) == {1.0}

@@ -23,15 +23,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bench.compare import compare_dirs
-from bench.errors import BenchError
-from bench.hardware import detect_machine
-from bench.launch import TEXT_SERVER_ENV, server_spec
+from bench.config.plan import make_plan
+from bench.config.profile import load_profile
+from bench.core.errors import BenchError
+from bench.core.hardware import detect_machine
+from bench.engine.launch import TEXT_SERVER_ENV, server_spec
+from bench.engine.server import Server
 from bench.patching import apply_series, locate_vllm
-from bench.plan import make_plan
-from bench.profile import load_profile
-from bench.server import Server
-from bench.store import SweepStore
+from bench.results.store import SweepStore
+from bench.verdicts.compare import compare_dirs
 from bench.workloads import load_dataset, parse_source
 
 pytestmark = pytest.mark.slow
@@ -166,7 +166,7 @@ ADDED_SINCE = {
     "contamination",
     "contamination_checked",
     "flags",
-}  # bench.executor.point_record
+}  # bench.run.executor.point_record
 
 
 def test_records_match_the_committed_sweep(loaded):

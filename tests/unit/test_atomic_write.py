@@ -1,4 +1,4 @@
-"""The suite's one file writer (bench.files.atomic_write_bytes) and the two places that wrap it: vLLM source files
+"""The suite's one file writer (bench.core.files.atomic_write_bytes) and the two places that wrap it: vLLM source files
 keep their permissions, tiny-model files are not rewritten when their bytes are the same."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from bench import models
-from bench.files import atomic_write_bytes, atomic_write_json
+from bench.core.files import atomic_write_bytes, atomic_write_json
+from bench.models import models
 from bench.patching import manager
 
 

@@ -1,4 +1,4 @@
-"""Server axes (bench/axes.py): one declaration makes a `vllm serve` flag a sweep axis, and everything downstream
+"""Server axes (bench/config/axes.py): one declaration makes a `vllm serve` flag a sweep axis, and everything downstream
 (profile validation, the plan's product, point ids, the launch command, the dry run, the engine label, the
 report's columns and speedup baselines, `load --url`'s check) follows from it. Existing profiles keep their ids."""
 
@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.errors import BenchError
-from bench.hardware import Machine
-from bench.launch import describe_plan
-from bench.plan import make_plan
-from bench.profile import load_profile, parse_profile
+from bench.config.plan import make_plan
+from bench.config.profile import load_profile, parse_profile
+from bench.core.errors import BenchError
+from bench.core.hardware import Machine
+from bench.engine.launch import describe_plan
 from bench.report import markdown
 from bench.report.speedup import speedups
 from bench.report.tables import POINT_COLUMNS, axis_column
@@ -110,7 +110,7 @@ def test_report_shows_the_axis_and_matches_baselines_on_it():
 def test_a_baseline_shares_the_server_settings_not_only_the_axes():
     """A results directory resumed with a changed [server] (max_num_seqs 8, then 64) holds a k = 0 point of one and
     a k = 3 point of the other: no speedup across them (it was 2.5x across 8 vs 64 sequences)."""
-    from bench.records import EngineSettings
+    from bench.results.records import EngineSettings
 
     def row(pid, k, seqs, tok_s):
         eng = EngineSettings(num_speculative_tokens=k, target="tiny", weights="dummy", server={"max_num_seqs": seqs})
@@ -125,8 +125,8 @@ def test_a_baseline_shares_the_server_settings_not_only_the_axes():
 def test_list_values_reach_vllm_as_separate_arguments_and_the_dry_run_quotes_for_a_shell():
     import shlex
 
-    from bench.launch import _quote
-    from bench.server import server_argv
+    from bench.engine.launch import _quote
+    from bench.engine.server import server_argv
 
     argv = server_argv(
         "/t", "m", 1, {"cudagraph_capture_sizes": [1, 2, 4], "compilation_config": {"a": 1}}, None, 1, None
@@ -142,7 +142,7 @@ def test_list_values_reach_vllm_as_separate_arguments_and_the_dry_run_quotes_for
 def test_the_dry_run_checks_each_command_with_vllms_own_parser(tmp_path):
     """A store_true flag swept over [true, false] gives --no-<flag>, which vLLM's parser refuses; the dry run says
     so under that server, with the installed vLLM's words, and passes the other."""
-    from bench import vllm_argv
+    from bench.engine import vllm_argv
 
     text = '[axes]\nshapes = ["1x16x8"]\n[axes.server]\ndisable_log_stats = [true, false]\n'
     (tmp_path / "b.toml").write_text('name = "b"\n' + text)

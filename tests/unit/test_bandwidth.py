@@ -1,4 +1,4 @@
-"""bench.bandwidth without a GPU: measure() gives None without torch or CUDA, the cache is per machine key and
+"""bench.engine.bandwidth without a GPU: measure() gives None without torch or CUDA, the cache is per machine key and
 keeps only real measurements, the child process's failures become reasons, and a sweep's manifest records the
 ceiling on a GPU machine only, never failing because of it. No timing is asserted."""
 
@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from bench import bandwidth as B
-from bench.hardware import Machine
-from bench.plan import make_plan
-from bench.profile import load_profile
-from bench.store import SweepStore
+from bench.config.plan import make_plan
+from bench.config.profile import load_profile
+from bench.core.hardware import Machine
+from bench.engine import bandwidth as B
+from bench.results.store import SweepStore
 from tests.helpers.extras import ENGINE, need
 
 H200 = Machine("gpu", 1, "sm90", "NVIDIA H200", 139.8, "570.86.15")
@@ -74,7 +74,7 @@ def test_main_prints_json_and_exits_nonzero_without_a_measurement(monkeypatch, c
 
 
 def test_the_child_process_reports_why_it_measured_nothing(monkeypatch):
-    """The real `python -m bench.bandwidth` child with no GPU visible: a reason, not an exception."""
+    """The real `python -m bench.engine.bandwidth` child with no GPU visible: a reason, not an exception."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     result = B.measure_in_child(timeout_s=120)
     assert result["bytes_per_s"] is None and result["reason"]
@@ -85,10 +85,13 @@ def test_child_failures_become_reasons(monkeypatch):
         raise subprocess.TimeoutExpired(a[0], 5)
 
     monkeypatch.setattr(B.subprocess, "run", timeout)
-    assert B.measure_in_child(5) == {"bytes_per_s": None, "reason": "python -m bench.bandwidth did not finish in 5 s"}
+    assert B.measure_in_child(5) == {
+        "bytes_per_s": None,
+        "reason": "python -m bench.engine.bandwidth did not finish in 5 s",
+    }
     crashed = subprocess.CompletedProcess([], -11, stdout="", stderr="Traceback...\nSegmentation fault\n")
     monkeypatch.setattr(B.subprocess, "run", lambda *a, **k: crashed)
-    assert B.measure_in_child()["reason"] == "python -m bench.bandwidth exited -11: Segmentation fault"
+    assert B.measure_in_child()["reason"] == "python -m bench.engine.bandwidth exited -11: Segmentation fault"
 
 
 # --- cache ---------------------------------------------------------------------------------------------------
@@ -167,8 +170,8 @@ def test_manifest_entry_runs_on_a_gpu_only_and_never_raises(tmp_path, monkeypatc
 
 @pytest.fixture
 def sweep_module(monkeypatch, tmp_path):
-    """bench.sweep with a bare environment (no vLLM or git lookups) and the cache in tmp_path/cache."""
-    from bench import sweep
+    """bench.commands.sweep with a bare environment (no vLLM or git lookups) and the cache in tmp_path/cache."""
+    from bench.commands import sweep
 
     monkeypatch.setattr(sweep, "collect_environment", lambda machine: {"machine": machine.to_dict()})
     monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
@@ -195,6 +198,6 @@ def test_the_sweep_records_the_ceiling_in_its_manifest_on_a_gpu(sweep_module, tm
 
 
 def test_a_failed_measurement_is_recorded_with_its_reason(sweep_module, tmp_path, monkeypatch):
-    monkeypatch.setattr(B, "measure_in_child", lambda: B.not_measured("python -m bench.bandwidth exited 1: OOM"))
+    monkeypatch.setattr(B, "measure_in_child", lambda: B.not_measured("python -m bench.engine.bandwidth exited 1: OOM"))
     env = _manifest(sweep_module, tmp_path, H200)["environment"]
-    assert env["bandwidth"] == {"bytes_per_s": None, "reason": "python -m bench.bandwidth exited 1: OOM"}
+    assert env["bandwidth"] == {"bytes_per_s": None, "reason": "python -m bench.engine.bandwidth exited 1: OOM"}

@@ -1,4 +1,4 @@
-"""Noise measured per profile and machine (bench/calibration.py): the CV arithmetic, the store, and what a plan
+"""Noise measured per profile and machine (bench/commands/calibration.py): the CV arithmetic, the store, and what a plan
 says with and without a calibration."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench import calibration as C
 from bench.cli import main
-from bench.hardware import Machine
+from bench.commands import calibration as C
+from bench.core.hardware import Machine
 
 CPU = Machine("cpu", cpu="Test CPU", cpu_count=2)
 H200 = Machine("gpu", 1, "sm90", "NVIDIA H200", driver="580")
@@ -19,7 +19,7 @@ def starts(values, metric="output_throughput"):
 
 
 def test_measure_by_hand():
-    # three rounds (the gate's MIN_STARTS: the paired sd comes from bench.stats.compare_servers, as the gate's does)
+    # three rounds (the gate's MIN_STARTS: the paired sd comes from bench.verdicts.stats.compare_servers, as the gate's does)
     sides = {"p1": starts([100, 110, 95, 90, 100, 105]), "p2": starts([200] * 6)}
     rounds = {"p1": (starts([100, 110, 95]), starts([90, 100, 105])), "p2": (starts([200] * 3), starts([200] * 3))}
     entry = C.measure(sides, ("output_throughput", "tpot_ms"), rounds)
@@ -68,7 +68,7 @@ def test_ab_needs_a_candidate_unless_calibrating(capsys):
 def test_the_key_names_the_profiles_content_and_repeat_not_only_its_name():
     """Found in review: the key was the profile's `name`, so an edited copy under the same name, or a plan with
     another --repeat (a start's mean over more trials varies less), reused a calibration that did not measure it."""
-    from bench.profile import load_profile
+    from bench.config.profile import load_profile
 
     tiny = load_profile("tiny", "cpu")
     edited = tiny.model_copy(update={"run": tiny.run.model_copy(update={"num_prompts": tiny.run.num_prompts + 1})})

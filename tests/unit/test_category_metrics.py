@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.metrics import acceptance, category_metrics, counter_delta, request_counts, spec_delta
+from bench.measure.metrics import acceptance, category_metrics, counter_delta, request_counts, spec_delta
 
 
 def row(category: str, hist: list[int] | None, status: str = "ok", phase: str = "measure", conv: str = "c") -> dict:

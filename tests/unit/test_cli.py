@@ -42,9 +42,11 @@ def test_user_errors_are_one_line_without_traceback(tmp_path):
 
 def test_sweep_refuses_to_run_for_other_hardware_but_plans_for_it(capsys, monkeypatch):
     from bench.cli import main
-    from bench.hardware import Machine
+    from bench.core.hardware import Machine
 
-    monkeypatch.setattr("bench.plan.detect_machine", lambda: Machine("cpu", cpu="(test)", cpu_count=2))  # any host
+    monkeypatch.setattr(
+        "bench.config.plan.detect_machine", lambda: Machine("cpu", cpu="(test)", cpu_count=2)
+    )  # any host
 
     assert main(["sweep", "kimi-k2.6-eagle3-tp8", "--platform", "gpu"]) == 1
     assert "only --dry-run can plan for another platform" in capsys.readouterr().err

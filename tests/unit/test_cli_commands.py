@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from bench import profile_point as point_module
-from bench import sweep as sweep_module
 from bench.cli import NO_NSYS, main
-from bench.profile_point import ProfileOutcome
-from bench.sweep import SweepOutcome
+from bench.commands import profile_point as point_module
+from bench.commands import sweep as sweep_module
+from bench.commands.profile_point import ProfileOutcome
+from bench.commands.sweep import SweepOutcome
 
 
 @pytest.fixture

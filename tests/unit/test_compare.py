@@ -8,10 +8,11 @@ import pytest
 from scipy.stats import mannwhitneyu
 
 from bench.cli import main
-from bench.compare import compare_dirs, compare_markdown, outcome, regressions
-from bench.errors import BenchError, ExitCode
-from bench.run_options import Run
-from bench.stats import (
+from bench.config.run_options import Run
+from bench.core.errors import BenchError, ExitCode
+from bench.results.store import SweepStore
+from bench.verdicts.compare import compare_dirs, compare_markdown, outcome, regressions
+from bench.verdicts.stats import (
     CPU_AA_BETWEEN_CV,
     compare_servers,
     log_threshold,
@@ -20,7 +21,6 @@ from bench.stats import (
     plan_rounds,
     to_slowdown,
 )
-from bench.store import SweepStore
 
 LABEL = {"engine": "CPU_MLA/auto dcp1 k3", "shape": "4x8x29"}
 
@@ -253,8 +253,8 @@ def test_a_significant_slowdown_below_min_effect_passes_with_its_bound_and_min_a
 def test_noise_no_number_of_rounds_can_pass_is_said_not_an_endless_loop(tmp_path, monkeypatch):
     """Found in review (permutation era): a level no design reached hung the search for the starts needed. Now the
     plan looks up to 1000 rounds and says so; ab with no --rounds refuses such a plan."""
-    from bench import ab
-    from bench.stats import sequential_levels
+    from bench.commands import ab
+    from bench.verdicts.stats import sequential_levels
 
     need, text = plan_design(5, 0.05, 0.9, 0.05)
     assert need is None and "no number of rounds up to 1000" in text
@@ -280,7 +280,7 @@ def test_ab_calibrate_with_a_candidate_is_refused(tmp_path, capsys):
 def test_sides_measured_differently_are_refused_unless_asked_and_then_listed(tmp_path, rng, capsys):
     """Found in review (stop 34): `[run] prompt_ids` is a run option, not part of the point id, and compare matched
     points measured with different prompt styles without a word. Now every key marked as defining the figures
-    (bench.run_options.figure_keys) and the headline's window must match across every start of both sides."""
+    (bench.config.run_options.figure_keys) and the headline's window must match across every start of both sides."""
     run = Run().model_dump()
     base = tmp_path / "a"
     for r, x in enumerate(rng.normal(1000, 2, 5)):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import contamination as C
+from bench.measure import contamination as C
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
 SERVING = (LOGS / "server-9e0b2fb21fdf-serving.log").read_text()

@@ -260,7 +260,7 @@ def test_verdict_over_the_judged_ratios_and_its_exit_code(xc):
         r["vllm"]["server_tpot_mean_ms"] = None
     unknown = xc.verdict(old, 0.03)
     assert unknown["verdict"] == "inconclusive" and unknown["metrics"]["vllm_timing"]["rounds"] == 0
-    from bench.errors import ExitCode
+    from bench.core.errors import ExitCode
 
     assert xc.VERDICT_EXIT == {
         "agree": ExitCode.OK,
@@ -302,9 +302,9 @@ def test_order_alternates(xc):
 def test_derived_profile_is_a_valid_one_point_profile(xc):
     """The per-run profile: one shape, the counts and seed, the window/noise/prompt-reuse keys dropped (base and
     [when.*]), pinned axes; written as TOML that reads back equal and that bench accepts."""
-    from bench.hardware import Machine
-    from bench.plan import make_plan
-    from bench.profile import parse_profile_variants
+    from bench.config.plan import make_plan
+    from bench.config.profile import parse_profile_variants
+    from bench.core.hardware import Machine
 
     base = tomllib.loads((REPO / "profiles" / "tiny.toml").read_text())
     base["run"] |= {"prompt_reuse": True, "prompt_salt": "abc"}
@@ -336,7 +336,7 @@ def test_derived_profile_keeps_shapes_and_warmup_when_not_given(xc):
 
 
 def test_derived_profile_sets_bench_prompt_ids_only_when_asked(xc):
-    from bench.profile import parse_profile_variants
+    from bench.config.profile import parse_profile_variants
 
     base = tomllib.loads((REPO / "profiles" / "tiny.toml").read_text())
     base["run"]["prompt_ids"] = "consecutive"  # a base profile's own choice is dropped like the other run keys
@@ -440,7 +440,7 @@ def test_rebuild_rereads_the_runs_and_keeps_what_only_the_run_knew(xc, tmp_path)
 
 
 def test_vllm_timed_figures_from_two_counter_snapshots(xc):
-    # as bench.metrics.counter_totals gives them: every key, None for counters the server has not (here the cache's)
+    # as bench.measure.metrics.counter_totals gives them: every key, None for counters the server has not (here the cache's)
     no_cache = dict.fromkeys(("prefix_cache_queries", "prefix_cache_hits", "preemptions"))
     before = {"generation_tokens": 100.0, "finished_requests": 4.0, "ttft_s_sum": 1.0, "ttft_count": 4.0}
     before |= {"tpot_s_sum": 0.1, "tpot_count": 4.0} | no_cache
@@ -511,7 +511,7 @@ def test_bench_side_vllm_timing_comes_from_its_record(xc):
 
 
 def test_server_rhythm_from_each_clients_token_times(xc):
-    # bench: the steady figures its record already has (bench.window at record time)
+    # bench: the steady figures its record already has (bench.measure.window at record time)
     record = BENCH_STEADY | {
         "metrics": BENCH_STEADY["metrics"] | {"steady": {"stalls": {"share": 0.4, "p50_ms": 150.0}}}
     }
@@ -519,7 +519,7 @@ def test_server_rhythm_from_each_clients_token_times(xc):
     assert (fig["step_p50_ms"], fig["stall_share"], fig["stall_p50_ms"]) == (61.0, 0.4, 150.0)
     whole = BENCH_STEADY | {"metrics": BENCH_STEADY["metrics"] | {"window": "whole"}}
     assert xc.parse_bench(whole)["step_p50_ms"] is None  # no steady span: no rhythm
-    # vLLM's client: its per-request times through bench.window. Two users, 10 ms steps, both paused for 200 ms
+    # vLLM's client: its per-request times through bench.measure.window. Two users, 10 ms steps, both paused for 200 ms
     # at once (a prefill stalling the batch), the third request sent as the first ends
     itls = [0.01] * 10 + [0.2] + [0.01] * 10
     result = VLLM_RESULT | {
@@ -592,7 +592,7 @@ def test_pool_judges_the_rounds_of_several_servers_together(xc, tmp_path):
 def test_vllm_client_can_stream_with_benchs_options(xc, tmp_path):
     import json
 
-    from bench.loadgen import STREAM_OPTIONS
+    from bench.load.loadgen import STREAM_OPTIONS
 
     own = xc.vllm_argv("http://h", "m", "/tok", (4, 64, 32), 16, 4, 2, tmp_path)
     assert "--extra-body" not in own

@@ -1,8 +1,8 @@
-"""The DCP communication model's arithmetic (bench/dcp_comm.py), worked by hand for one Kimi K2.6 TP8 rank."""
+"""The DCP communication model's arithmetic (bench/models/dcp_comm.py), worked by hand for one Kimi K2.6 TP8 rank."""
 
 import pytest
 
-from bench.dcp_comm import (
+from bench.models.dcp_comm import (
     NVLINK_8X_H200,
     Backend,
     Link,
@@ -101,7 +101,7 @@ def test_kv_capacity():
 
 def test_the_cited_link_against_the_kernel_times_it_was_fitted_to():
     """NVIDIA/Megatron-LM#5596's ring all-gather / reduce-scatter kernel device times on 8 x H100 (us): the model
-    meets the 2 MiB figure it was fitted to and stays between 26% below and 7% above the others, as bench/dcp_comm.py
+    meets the 2 MiB figure it was fitted to and stays between 26% below and 7% above the others, as bench/models/dcp_comm.py
     says."""
     assert NVLINK_8X_H200.busbw_gb_s == 370.0 and "nccl-tests#212" in NVLINK_8X_H200.source
     assert NVLINK_8X_H200.latency_us == 15.0 and "Megatron-LM#5596" in NVLINK_8X_H200.source

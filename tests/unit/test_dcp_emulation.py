@@ -1,4 +1,4 @@
-"""The removed DCP emulation, as its committed records are still read (bench/dcp_emulation.py): the widened rank's
+"""The removed DCP emulation, as its committed records are still read (bench/models/dcp_emulation.py): the widened rank's
 arithmetic (heads, the extra projection bytes the roofline counts), and the refusals that point new work at the
 loopback DCP group (axes.dcp_size)."""
 
@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from bench import dcp_emulation as D
-from bench import kimi_rank as K
-from bench.errors import BenchError
-from bench.hardware import Machine
-from bench.plan import make_plan
-from bench.profile import parse_profile
+from bench.config.plan import make_plan
+from bench.config.profile import parse_profile
+from bench.core.errors import BenchError
+from bench.core.hardware import Machine
+from bench.models import dcp_emulation as D
+from bench.models import kimi_rank as K
 
 H200 = Machine("gpu", 1, "sm90", "NVIDIA H200", gpu_memory_gib=143771 / 1024)
 

@@ -1,4 +1,4 @@
-"""bench/dcp_local.py against an explicit interleaved sharding of token positions (brute force): each rank's KV is
+"""bench/models/dcp_local.py against an explicit interleaved sharding of token positions (brute force): each rank's KV is
 the list of positions it owns, in order, built position by position from the ownership rule alone."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from bench.dcp_local import Row, local_index, local_len, owner, verify_rows, whole_request_mask
+from bench.models.dcp_local import Row, local_index, local_len, owner, verify_rows, whole_request_mask
 
 SIZES = (1, 2, 4, 8)
 INTERLEAVES = (1, 2, 3, 16, 64)
@@ -15,7 +15,7 @@ INTERLEAVES = (1, 2, 3, 16, 64)
 
 def shard(length: int, size: int, interleave: int) -> list[list[int]]:
     """Each rank's KV as the positions it holds, in storage order: deal out groups of `interleave` consecutive
-    tokens to ranks 0, 1, ..., size - 1, 0, 1, ... (no formula shared with bench.dcp_local)."""
+    tokens to ranks 0, 1, ..., size - 1, 0, 1, ... (no formula shared with bench.models.dcp_local)."""
     ranks: list[list[int]] = [[] for _ in range(size)]
     rank, in_group = 0, 0
     for position in range(length):

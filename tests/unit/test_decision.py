@@ -1,4 +1,4 @@
-"""The decision view (bench.report.decision), goodput under SLOs (bench.report.goodput, bench.slo) and the opening
+"""The decision view (bench.report.decision), goodput under SLOs (bench.report.goodput, bench.config.slo) and the opening
 lines of summary.md built by `bench report` from committed examples."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 
 from bench.cli import main
-from bench.errors import BenchError
-from bench.profile import parse_profile
+from bench.config.profile import parse_profile
+from bench.config.slo import Slo, parse_slo
+from bench.core.errors import BenchError
 from bench.report import decision as D
 from bench.report.goodput import goodput, is_good, point_goodput
 from bench.report.tables import POINT_COLUMNS
-from bench.slo import Slo, parse_slo
-from bench.store import SweepStore
+from bench.results.store import SweepStore
 
 REPO = Path(__file__).resolve().parents[2]
 ONE_LEASE = REPO / "reports" / "examples" / "kimi-rank-h200-one-lease" / "lease-1"

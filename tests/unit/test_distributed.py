@@ -10,6 +10,10 @@ import time
 import pytest
 
 from bench.cli import build_parser
+from bench.commands.sweep import _needs_run
+from bench.config.plan import make_plan
+from bench.config.profile import parse_profile
+from bench.core.hardware import Machine
 from bench.distributed.placement import (
     CLUSTER_SKIP,
     Cluster,
@@ -22,11 +26,7 @@ from bench.distributed.placement import (
     skip_reason,
 )
 from bench.distributed.worker import _FileSync
-from bench.hardware import Machine
-from bench.plan import make_plan
-from bench.profile import parse_profile
-from bench.progress import PlainView, Tracker
-from bench.sweep import _needs_run
+from bench.run.progress import PlainView, Tracker
 
 
 def kimi_like(tp: int, pp: int = 1, dcp: list[int] | None = None):
@@ -196,8 +196,8 @@ def test_a_runner_killed_by_a_signal_is_a_lost_worker_one_that_failed_is_an_erro
 
 
 def test_the_ledger_keeps_earlier_runs(tmp_path):
+    from bench.core.errors import BenchError
     from bench.distributed.ledger import read_ledger as _read_ledger
-    from bench.errors import BenchError
 
     assert _read_ledger(tmp_path / "cluster.json") == {"runs": []}
     (tmp_path / "cluster.json").write_text('{"runs": [{"attempts": []}]}')
@@ -208,7 +208,7 @@ def test_the_ledger_keeps_earlier_runs(tmp_path):
 
 
 def test_rich_view_draws_one_row_per_engine_config_in_flight():
-    from bench.progress import RichView, make_view
+    from bench.run.progress import RichView, make_view
 
     tracker = Tracker(total=4, lanes_max=2, clock=Clock())
     tracker.add("a", "CPU_MLA/auto dcp1 k2", 2)
@@ -224,8 +224,8 @@ def test_rich_view_draws_one_row_per_engine_config_in_flight():
 
 
 def test_a_ray_address_nothing_answers_is_a_user_error_at_once():
+    from bench.core.errors import BenchError
     from bench.distributed.cluster import _check_reachable
-    from bench.errors import BenchError
 
     t0 = time.monotonic()
     with pytest.raises(BenchError, match="no Ray head answers there"):

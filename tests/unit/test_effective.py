@@ -17,17 +17,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench import effective as E
-from bench import executor, trial
-from bench.hardware import Machine
-from bench.plan import make_plan
-from bench.profile import parse_profile
+from bench.commands.sweep import SweepOptions, run_sweep
+from bench.config.plan import make_plan
+from bench.config.profile import parse_profile
+from bench.core.hardware import Machine
+from bench.engine.server import ServerSpec
+from bench.measure import effective as E
 from bench.profiling import effective_record as R
 from bench.profiling import plugin, targets, wrapping
 from bench.report import analysis as A
-from bench.server import ServerSpec
-from bench.store import SweepStore
-from bench.sweep import SweepOptions, run_sweep
+from bench.results.store import SweepStore
+from bench.run import executor, trial
 from tests.helpers.extras import needs_vllm
 
 
@@ -416,7 +416,7 @@ def sweep_with_record(tmp_path, monkeypatch, rec: dict) -> Path:
     monkeypatch.setattr(executor, "server_spec", fake_spec)
     monkeypatch.setattr(executor, "Server", lambda spec: RecordingServer(spec, rec))
     monkeypatch.setattr(trial, "run_closed_loop", fake_load)
-    monkeypatch.setattr(trial.M, "scrape", lambda url, timeout=10: "")
+    monkeypatch.setattr(trial.http_client, "scrape", lambda url, timeout=10: "")
     plan = make_plan(parse_profile(PROFILE, "cpu", "record.toml"), Machine("cpu"))
     stale = E.records_dir(tmp_path / "out", plan.runnable[0].engine.id)
     stale.mkdir(parents=True)

@@ -1,6 +1,6 @@
 """The suite's commit in the provenance: the tree's git, unless the runner names the commit."""
 
-from bench.environment import REPO, suite_git
+from bench.results.environment import REPO, suite_git
 
 
 def test_a_named_commit_wins_over_the_trees_git(monkeypatch):

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from bench import executor, trial
-from bench.hardware import Machine
-from bench.loadgen import LoadAborted
-from bench.plan import make_plan
-from bench.profile import parse_profile
-from bench.server import ServerFailed, ServerSpec
-from bench.store import SweepStore
-from bench.sweep import SweepOptions, run_sweep
+from bench.commands.sweep import SweepOptions, run_sweep
+from bench.config.plan import make_plan
+from bench.config.profile import parse_profile
+from bench.core.hardware import Machine
+from bench.engine.server import ServerFailed, ServerSpec
+from bench.load.loadgen import LoadAborted
+from bench.results.store import SweepStore
+from bench.run import executor, trial
 from tests.helpers.scripted_load import fake_closed_loop
 
 PROFILE = {
@@ -30,7 +30,7 @@ PROFILE = {
 
 
 class FakeServer:
-    """Stands in for bench.server.Server: `script` says what start and each load do."""
+    """Stands in for bench.engine.server.Server: `script` says what start and each load do."""
 
     def __init__(self, spec: ServerSpec, script: dict):
         self.spec, self.script, self.stopped = spec, script, False
@@ -76,7 +76,7 @@ def scripted(monkeypatch, tmp_path):
     monkeypatch.setattr(executor, "server_spec", fake_spec)
     monkeypatch.setattr(executor, "Server", lambda spec: FakeServer(spec, script))
     monkeypatch.setattr(trial, "run_closed_loop", fake_closed_loop(calls, fault))
-    monkeypatch.setattr(trial.M, "scrape", lambda url, timeout=10: "vllm:spec_decode_num_drafts_total 5\n")
+    monkeypatch.setattr(trial.http_client, "scrape", lambda url, timeout=10: "vllm:spec_decode_num_drafts_total 5\n")
     plan = make_plan(parse_profile(PROFILE, "cpu", "scripted.toml"), Machine("cpu"))
 
     def run(**options) -> dict[str, dict]:
@@ -190,7 +190,7 @@ def test_point_aborted_carries_its_rows():
 
 
 def test_recompute_derives_the_figures_from_the_raw_records_again(scripted):
-    from bench.recompute import recompute
+    from bench.measure.recompute import recompute
 
     _, run, out = scripted
     points = run()
@@ -210,7 +210,7 @@ def test_recompute_derives_the_figures_from_the_raw_records_again(scripted):
 
 
 def test_a_resumed_sweep_keeps_its_prompt_salt_and_sends_the_same_prompts_again(scripted):
-    """The manifest's prompt_salt names every prompt (bench.prompts): a resumed run keeps it, so a point run again
+    """The manifest's prompt_salt names every prompt (bench.load.prompts): a resumed run keeps it, so a point run again
     sends exactly the prompts it sent the first time (reproducible), and no other point's."""
     script, run, out = scripted
     script["actions"] = {2: "hang"}  # the second shape's first trial hangs: the point fails
@@ -233,7 +233,7 @@ def test_a_given_prompt_salt_sends_the_same_prompts_to_another_folder_and_a_resu
     """`sweep --prompt-salt` (what `bench ab` gives both sides of a round): two results folders swept with one salt
     send the same prompts, point by point; a new salt sends others; resuming a folder with another salt than its
     own is refused before anything runs."""
-    from bench.errors import BenchError
+    from bench.core.errors import BenchError
 
     script, _, _ = scripted
 
@@ -257,10 +257,10 @@ def test_a_given_prompt_salt_sends_the_same_prompts_to_another_folder_and_a_resu
 
 
 def test_a_prompt_salt_is_one_word_without_slashes_from_the_profile_and_the_cli():
-    """A prompt's name joins the salt to the point id and trial with '/' (bench.prompts): the profile's
+    """A prompt's name joins the salt to the point id and trial with '/' (bench.load.prompts): the profile's
     `[run] prompt_salt` and `sweep --prompt-salt` refuse a salt that is empty, spaced or holds one."""
-    from bench.errors import BenchError
-    from bench.plan import plan_sweep
+    from bench.config.plan import plan_sweep
+    from bench.core.errors import BenchError
 
     for salt in ("a/b", " ", ""):
         with pytest.raises(BenchError, match="prompt_salt: String should match"):
@@ -277,7 +277,7 @@ def test_a_resume_keeps_what_earlier_points_ran_on_and_lists_every_session(scrip
     manifest as it was."""
     import json
 
-    from bench import sweep as sweep_mod
+    from bench.commands import sweep as sweep_mod
     from bench.report.tables import provenance
 
     script, run, out = scripted
@@ -311,8 +311,8 @@ def test_a_resume_keeps_what_earlier_points_ran_on_and_lists_every_session(scrip
 
 
 def test_a_resume_on_another_vllm_or_other_hardware_refuses_before_running_anything(scripted, monkeypatch):
-    from bench import sweep as sweep_mod
-    from bench.errors import BenchError
+    from bench.commands import sweep as sweep_mod
+    from bench.core.errors import BenchError
 
     script, run, _out = scripted
     script["actions"] = {2: "hang"}
@@ -343,7 +343,7 @@ def test_a_resume_on_another_vllm_or_other_hardware_refuses_before_running_anyth
 def test_a_resume_with_other_draft_keys_refuses(scripted):
     """The draft keys change every speculating server's --speculative-config: a resume that forgot
     `--draft-keys upstream` would have run its points with other keys under the manifest's old value."""
-    from bench.errors import BenchError
+    from bench.core.errors import BenchError
 
     script, run, _out = scripted
     script["actions"] = {2: "hang"}

@@ -9,18 +9,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import executor, trial
-from bench import sweep as sweep_module
 from bench.cli import build_parser, main
-from bench.errors import EXIT_CODE_MEANINGS, ExitCode
-from bench.hardware import Machine
-from bench.plan import Plan, make_plan
-from bench.profile import parse_profile
-from bench.profile_point import ProfileJob, ProfileOutcome, choose_point, run_profile
+from bench.commands import sweep as sweep_module
+from bench.commands.profile_point import ProfileJob, ProfileOutcome, choose_point, run_profile
+from bench.commands.sweep import SweepOutcome
+from bench.config.plan import Plan, make_plan
+from bench.config.profile import parse_profile
+from bench.core.errors import EXIT_CODE_MEANINGS, ExitCode
+from bench.core.hardware import Machine
+from bench.engine.server import ServerSpec
 from bench.profiling.session import Capture, bench_range_count
 from bench.profiling.timing import TimingRecorder
-from bench.server import ServerSpec
-from bench.sweep import SweepOutcome
+from bench.run import executor, trial
 from tests.helpers.scripted_load import fake_closed_loop
 from tests.unit.test_executor import FakeServer
 
@@ -72,7 +72,7 @@ def profiled(monkeypatch, tmp_path):
     monkeypatch.setattr(executor, "server_spec", fake_spec)
     monkeypatch.setattr(executor, "Server", lambda spec: ProfilingServer(spec, script))
     monkeypatch.setattr(trial, "run_closed_loop", fake_closed_loop(script["loads"]))
-    monkeypatch.setattr(trial.M, "scrape", lambda url, timeout=10: "vllm:spec_decode_num_drafts_total 5\n")
+    monkeypatch.setattr(trial.http_client, "scrape", lambda url, timeout=10: "vllm:spec_decode_num_drafts_total 5\n")
     plan = make_plan(parse_profile(PROFILE, "cpu", "scripted.toml"), Machine("cpu"))
     point = choose_point(plan, None, None)
     single = Plan(plan.profile, plan.machine, [(point.engine, [point])], [])
@@ -137,8 +137,8 @@ class Job:
 
 
 def cli_profile(monkeypatch, outcome: ProfileOutcome) -> int:
-    monkeypatch.setattr("bench.profile_point.prepare_profile", lambda request: Job())
-    monkeypatch.setattr("bench.profile_point.run_profile", lambda job: outcome)
+    monkeypatch.setattr("bench.commands.profile_point.prepare_profile", lambda request: Job())
+    monkeypatch.setattr("bench.commands.profile_point.run_profile", lambda job: outcome)
     return main(["profile", "tiny", "--no-nsys"])
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.server import Server, ServerFailed, ServerSpec, free_port, record_group, stop_leftover_servers
+from bench.engine.server import Server, ServerFailed, ServerSpec, free_port, record_group, stop_leftover_servers
 from tests.conftest import processes_using
 
 FAKE_SERVER = textwrap.dedent("""
@@ -31,7 +31,7 @@ FAKE_SERVER = textwrap.dedent("""
 DRIVER = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from bench.server import Server, ServerSpec
+    from bench.engine.server import Server, ServerSpec
     folder, port, code = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     env = {**os.environ, "TMPDIR": str(folder)}
     server = Server(ServerSpec([sys.executable, "-c", code, str(port)], env, folder / "logs" / "s.log", port))
@@ -121,7 +121,7 @@ def test_a_deep_results_directory_still_gets_socket_paths_that_fit(tmp_path):
     import socket
     import uuid
 
-    from bench.server import server_env
+    from bench.engine.server import server_env
 
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     env = server_env(deep)

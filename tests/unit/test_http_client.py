@@ -1,4 +1,4 @@
-"""bench.http_client against a real local HTTP server (the standard library's)."""
+"""bench.load.http_client against a real local HTTP server (the standard library's)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bench import http_client as http
+from bench.load import http_client as http
 
 
 class _Handler(BaseHTTPRequestHandler):

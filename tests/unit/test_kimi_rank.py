@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from bench import kimi_rank as K
-from bench.errors import BenchError
-from bench.hardware import Machine
-from bench.plan import NO_DRAFT, make_plan
-from bench.profile import load_profile, parse_profile
-from bench.server import server_argv
+from bench.config.plan import NO_DRAFT, make_plan
+from bench.config.profile import load_profile, parse_profile
+from bench.core.errors import BenchError
+from bench.core.hardware import Machine
+from bench.engine.server import server_argv
+from bench.models import kimi_rank as K
 
 H200_BYTES = 143771 * 1024**2  # nvidia-smi memory.total of an H200 (MiB)
 H200 = Machine("gpu", 1, "sm90", "NVIDIA H200", gpu_memory_gib=143771 / 1024)

@@ -10,14 +10,15 @@ import sys
 
 import pytest
 
-from bench import executor, launch
-from bench.errors import BenchError
-from bench.loadgen import make_prompts
-from bench.models import VOCAB_SIZE, write_tiny_models
-from bench.plan import plan_sweep
-from bench.prompt_vocab import prompt_vocab
-from bench.store import SweepStore
-from bench.sweep import SweepOptions, SweepRequest, dry_run, run_sweep
+from bench.commands.sweep import SweepOptions, SweepRequest, dry_run, run_sweep
+from bench.config.plan import plan_sweep
+from bench.core.errors import BenchError
+from bench.engine import launch
+from bench.load.loadgen import make_prompts
+from bench.models.models import VOCAB_SIZE, write_tiny_models
+from bench.models.prompt_vocab import prompt_vocab
+from bench.results.store import SweepStore
+from bench.run import executor
 from tests.helpers.extras import needs_vllm
 from tests.unit.test_executor import FakeServer
 
@@ -65,7 +66,7 @@ def test_dry_run_shows_the_draft_keys_the_run_passes(monkeypatch, tmp_path):
 
 def test_the_tiny_target_prompt_ids_are_known_without_vllm():
     code = (
-        "import sys; from bench.launch import prompt_ids; ids = prompt_ids('tiny'); "
+        "import sys; from bench.engine.launch import prompt_ids; ids = prompt_ids('tiny'); "
         "assert 'vllm' not in sys.modules and 'transformers' not in sys.modules; print(ids.start, ids.stop)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

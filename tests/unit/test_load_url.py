@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 
 from bench import cli
-from bench.errors import BenchError
-from bench.hardware import Machine
-from bench.load_url import LoadRequest, load_url, plan_for_url, remote_effective
-from bench.plan import make_plan
-from bench.profile import load_profile
-from bench.server import free_port
-from bench.store import SweepStore
+from bench.commands.load_url import LoadRequest, load_url, plan_for_url, remote_effective
+from bench.config.plan import make_plan
+from bench.config.profile import load_profile
+from bench.core.errors import BenchError
+from bench.core.hardware import Machine
+from bench.engine.server import free_port
+from bench.results.store import SweepStore
 from tests.helpers.openai_standin import StandIn, serve
 
 PROFILE_TEXT = """

@@ -8,8 +8,8 @@ import itertools
 
 import pytest
 
-from bench.loadgen import TextSettings, run_conversations, run_load
-from bench.metrics import category_metrics
+from bench.load.loadgen import TextSettings, run_conversations, run_load
+from bench.measure.metrics import category_metrics
 from bench.workloads.arrival import Arrival
 from bench.workloads.conversation import Conversation
 from bench.workloads.point import Sampling

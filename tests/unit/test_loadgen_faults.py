@@ -10,9 +10,9 @@ import time
 import pytest
 from aiohttp import web
 
-from bench.loadgen import run_load
-from bench.metrics import summarize
-from bench.server import free_port
+from bench.engine.server import free_port
+from bench.load.loadgen import run_load
+from bench.measure.metrics import summarize
 
 
 def chunk(done: int, prompt: int, usage: bool = True) -> bytes:

@@ -11,8 +11,8 @@ import time
 import pytest
 from aiohttp import web
 
-from bench.loadgen import LoadAborted, RequestRecord, run_load
-from bench.server import free_port
+from bench.engine.server import free_port
+from bench.load.loadgen import LoadAborted, RequestRecord, run_load
 
 
 def serve(stall_after: int | None):

@@ -2,11 +2,11 @@ from pathlib import Path
 
 import pytest
 
-from bench import metrics as M
-from bench.effective import mismatches, read_effective
-from bench.errors import BenchError
-from bench.failures import classify_log
-from bench.server import server_argv
+from bench.core.errors import BenchError
+from bench.engine.server import server_argv
+from bench.measure import metrics as M
+from bench.measure.effective import mismatches, read_effective
+from bench.measure.failures import classify_log
 
 
 def rec(send, chunks, tokens, end, status="ok", phase="measure", prompt_len=8):

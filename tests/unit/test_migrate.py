@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.errors import BenchError
-from bench.migrate import migrate
+from bench.core.errors import BenchError
 from bench.report.build import build_report
-from bench.store import SCHEMA_VERSION, SweepStore
+from bench.results.migrate import migrate
+from bench.results.store import SCHEMA_VERSION, SweepStore
 
 V1 = Path(__file__).resolve().parents[1] / "data" / "results-v1"
 

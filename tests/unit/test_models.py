@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from bench import models
-from bench.errors import BenchError
-from bench.loadgen import make_prompts
-from bench.models import FLAVORS, SPECIAL_TOKENS, VOCAB_SIZE, cache_folder, write_tiny_models
+from bench.core.errors import BenchError
+from bench.load.loadgen import make_prompts
+from bench.models import models
+from bench.models.models import FLAVORS, SPECIAL_TOKENS, VOCAB_SIZE, cache_folder, write_tiny_models
 from tests.helpers.extras import needs_torch
 
 
@@ -89,7 +89,7 @@ def test_cache_folder_changes_with_flavor_weights_and_configs(tmp_path, monkeypa
 def test_cache_folder_is_the_same_in_another_process(tmp_path):
     """The sweep finds a model written by an earlier run: the name must not depend on the process (a key built
     with hash() or set order would change with the hash seed)."""
-    code = f"from bench.models import cache_folder; print(cache_folder({str(tmp_path)!r}, 'cpu', 'dummy'))"
+    code = f"from bench.models.models import cache_folder; print(cache_folder({str(tmp_path)!r}, 'cpu', 'dummy'))"
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == str(cache_folder(tmp_path, "cpu", "dummy"))

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.errors import BenchError
+from bench.core.errors import BenchError
 from bench.profiling import nsys_sqlite
 from bench.profiling.nsys_analysis import analyze, analyze_file, range_label, summarize_ranges, write_tables
 from bench.profiling.plot import ChartInChild, plot_range_breakdown

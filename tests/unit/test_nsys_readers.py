@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.errors import BenchError
+from bench.core.errors import BenchError
 from bench.profiling import nsys_readers as rd
 from bench.profiling import nsys_sqlite
 

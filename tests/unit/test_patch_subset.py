@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench import ab
-from bench.errors import BenchError
+from bench.commands import ab
+from bench.core.errors import BenchError
 from bench.patching.locate import VllmInstall
 from bench.patching.manager import (
     APPLIED,
@@ -22,7 +22,7 @@ from bench.patching.manager import (
     sha256_text,
 )
 from bench.patching.series import FileHashes, Fix, Series, all_series
-from bench.sides import AbSide, patch_state_text, what_changed, write_ab_side
+from bench.verdicts.sides import AbSide, patch_state_text, what_changed, write_ab_side
 from tests.unit.test_sides import environment, write_dir
 
 SERIES = {s.name: s for s in all_series()}

@@ -1,9 +1,9 @@
 import pytest
 
-from bench.errors import BenchError
-from bench.hardware import Machine
-from bench.plan import make_plan
-from bench.profile import load_profile, parse_profile
+from bench.config.plan import make_plan
+from bench.config.profile import load_profile, parse_profile
+from bench.core.errors import BenchError
+from bench.core.hardware import Machine
 
 H200 = Machine("gpu", 8, "sm90", "NVIDIA H200")
 CPU = Machine("cpu")

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from bench.errors import BenchError
-from bench.profile import PROFILES_DIR, Axes, load_profile, parse_profile
+from bench.config.profile import PROFILES_DIR, Axes, load_profile, parse_profile
+from bench.core.errors import BenchError
 
 
 @pytest.mark.parametrize("path", sorted(PROFILES_DIR.glob("*.toml")), ids=lambda p: p.stem)

@@ -1,10 +1,10 @@
-"""A local sweep's progress (bench.progress.Progress) on the shared tracker and views, with a scripted clock."""
+"""A local sweep's progress (bench.run.progress.Progress) on the shared tracker and views, with a scripted clock."""
 
 from __future__ import annotations
 
 import io
 
-from bench.progress import Progress, RichView
+from bench.run.progress import Progress, RichView
 from tests.unit.test_distributed import Clock
 from tests.unit.test_ray_driver import plan_for
 

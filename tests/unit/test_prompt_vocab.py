@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from bench.errors import BenchError
-from bench.models import write_tiny_models
-from bench.prompt_vocab import prompt_vocab
+from bench.core.errors import BenchError
+from bench.models.models import write_tiny_models
+from bench.models.prompt_vocab import prompt_vocab
 from tests.helpers.extras import needs_vllm
 
 

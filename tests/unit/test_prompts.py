@@ -1,4 +1,4 @@
-"""Prompts are unique across points, trials, attempts and runs (bench.prompts), and reproducible from the salt."""
+"""Prompts are unique across points, trials, attempts and runs (bench.load.prompts), and reproducible from the salt."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from bench.loadgen import make_prompt
-from bench.prompts import int_seed, new_salt, prompt_name
+from bench.load.loadgen import make_prompt
+from bench.load.prompts import int_seed, new_salt, prompt_name
 
 
 def _name(**kw) -> str:
@@ -52,7 +52,7 @@ def test_prompts_share_no_16_token_block_across_points():
 
 
 def test_consecutive_prompts_run_through_the_allowed_ids_from_a_named_start():
-    ids = list(range(7, 5000, 3))  # allowed ids with gaps, as bench.launch.prompt_ids gives them
+    ids = list(range(7, 5000, 3))  # allowed ids with gaps, as bench.engine.launch.prompt_ids gives them
     p = make_prompt(600, ids, _name(), style="consecutive")
     assert len(p) == 600 and set(p) <= set(ids)
     pos = [ids.index(t) for t in p]
@@ -115,7 +115,7 @@ def test_stretches_of_one_order_never_overlap_until_the_dataset_runs_out():
 def test_every_point_trial_and_attempt_of_a_plan_gets_its_own_stretch():
     from types import SimpleNamespace
 
-    from bench.plan import Plan
+    from bench.config.plan import Plan
 
     def point(pid: str, n: int):
         return SimpleNamespace(
@@ -146,7 +146,7 @@ def test_every_point_trial_and_attempt_of_a_plan_gets_its_own_stretch():
 def test_a_datasets_order_follows_the_salt_and_the_source_not_the_folder_it_is_read_from():
     """The same salt replays the same conversations from any checkout: the order's seed was hashed with the folder
     relative dataset paths start from, so a run reproduced from another directory sent other conversations."""
-    from bench.trial import text_order_seed
+    from bench.run.trial import text_order_seed
     from bench.workloads.point import Workload
 
     source = {"source": "jsonl", "path": "data/chats.jsonl"}
@@ -162,9 +162,9 @@ def test_a_speculating_point_and_its_baseline_are_sent_the_same_conversations():
     """Found in review: every point had a stretch of its own, so a k = 3 point and its k = 0 baseline (other
     servers) were sent other questions and their ratio mixed texts into the comparison. One load, one stretch on
     every engine; the loads of one engine (one server) still have stretches of their own."""
-    from bench.hardware import Machine
-    from bench.plan import make_plan
-    from bench.profile import parse_profile
+    from bench.config.plan import make_plan
+    from bench.config.profile import parse_profile
+    from bench.core.hardware import Machine
 
     text = """
 name = "t"
@@ -195,11 +195,11 @@ concurrency = [2, 4]
 
 @pytest.mark.parametrize("style", ["uniform", "consecutive"])
 def test_a_points_closed_loop_draws_its_prompts_in_the_runs_style(monkeypatch, style):
-    """bench.trial's random-id load hands the closed loop prompts drawn as `[run] prompt_ids` says."""
+    """bench.run.trial's random-id load hands the closed loop prompts drawn as `[run] prompt_ids` says."""
     from types import SimpleNamespace
 
-    from bench import trial as T
-    from bench.run_options import Run
+    from bench.config.run_options import Run
+    from bench.run import trial as T
 
     loops = []
     monkeypatch.setattr(T, "run_closed_loop", lambda url, model, loop, **kw: loops.append(loop))

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from bench import ab
-from bench import sweep as sweep_module
+from bench.commands import ab
+from bench.commands import sweep as sweep_module
+from bench.commands.profile_point import ProfileJob, run_profile
+from bench.config.plan import Plan
+from bench.core.errors import BenchError
 from bench.distributed import ab_rounds, driver
 from bench.distributed.ledger import engine_nodes, same_nodes_as
 from bench.distributed.placement import NSYS_ON_NODE
-from bench.errors import BenchError
-from bench.plan import Plan
-from bench.profile_point import ProfileJob, run_profile
 from tests.unit import test_ray_driver as scripted_ray
 from tests.unit.test_ray_driver import events_ok, plan_for
 
@@ -122,7 +122,7 @@ def write_ledger(root: Path, node_id: str, python: str = "/envs/side/bin/python"
 def ab_on_ray(monkeypatch, tmp_path):
     """run_ab with the sweeps replaced: each writes the ledger a --ray sweep would (round 3's candidate lands on an
     H100 node, the rest on n-head) and records its argv; the comparison itself is stubbed."""
-    import bench.compare as compare
+    import bench.verdicts.compare as compare
 
     calls: list[list[str]] = []
 
@@ -194,15 +194,15 @@ def test_the_ledger_gives_the_last_node_that_recorded_points(tmp_path):
 
 
 def test_same_nodes_needs_ray():
-    from bench.sweep import SweepRequest, sweep
+    from bench.commands.sweep import SweepRequest, sweep
 
     with pytest.raises(BenchError, match="--ray-same-nodes needs --ray"):
         sweep(SweepRequest(profile="tiny", ray_same_nodes=Path("x")))
 
 
 def test_cli_passes_ray_to_ab_profile_and_sweep(monkeypatch, tmp_path):
-    from bench import profile_point as point_module
     from bench.cli import main
+    from bench.commands import profile_point as point_module
 
     seen: dict = {}
     monkeypatch.setattr(ab, "run_ab", lambda *args, **kw: seen.setdefault("ab", kw) and 0)
@@ -228,8 +228,8 @@ def test_cli_passes_ray_to_ab_profile_and_sweep(monkeypatch, tmp_path):
 
 
 def test_sweep_hands_the_same_nodes_of_an_earlier_directory_to_the_ray_driver(monkeypatch, tmp_path):
+    from bench.commands.sweep import SweepRequest, sweep
     from bench.distributed import planning
-    from bench.sweep import SweepRequest, sweep
 
     write_ledger(tmp_path / "first", "n-w1")
     seen: dict = {}

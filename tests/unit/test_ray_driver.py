@@ -10,15 +10,15 @@ from types import SimpleNamespace
 
 import pytest
 
+from bench.config.plan import make_plan
+from bench.config.profile import parse_profile
+from bench.core.hardware import Machine
 from bench.distributed import cluster as C
 from bench.distributed import driver
 from bench.distributed.placement import Cluster, Node
-from bench.executor import SweepContext
-from bench.hardware import Machine
-from bench.plan import make_plan
-from bench.profile import parse_profile
-from bench.progress import Progress, base_record
-from bench.store import SCHEMA_VERSION, SweepStore
+from bench.results.store import SCHEMA_VERSION, SweepStore
+from bench.run.executor import SweepContext
+from bench.run.progress import Progress, base_record
 
 
 class Lost(Exception):

@@ -10,7 +10,7 @@ import queue
 
 from bench.distributed import worker
 from bench.distributed.node_runner import EventCapture, EventProgress
-from bench.progress import PlainView, Tracker
+from bench.run.progress import PlainView, Tracker
 from tests.unit.test_distributed import Clock
 from tests.unit.test_ray_driver import plan_for
 
@@ -66,7 +66,7 @@ def test_the_node_runner_reports_profiled_points_and_the_export(tmp_path):
     out = io.StringIO()
     engine, points = plan_for().groups[0]
     progress = EventProgress(2, out, profiled=True)
-    progress.starting(points[0], "...")  # the calls bench.executor makes
+    progress.starting(points[0], "...")  # the calls bench.run.executor makes
     progress.running(points[0])
     capture = EventCapture(tmp_path / "profile", None, out)
     result = capture.finalize(engine.id)  # timing mode, nothing recorded: an error in the result, not raised

@@ -9,7 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
-from bench.recompute import recompute
+from bench.measure.recompute import recompute
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "results" / "kimi-rank-dcp-h200"
 

@@ -1,4 +1,4 @@
-"""The typed records (bench.records) as the one reader and writer of point records and manifests (bench.store)."""
+"""The typed records (bench.results.records) as the one reader and writer of point records and manifests (bench.results.store)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.errors import BenchError
-from bench.records import PointRecord
+from bench.core.errors import BenchError
 from bench.report.tables import points_table
-from bench.store import SweepStore
+from bench.results.records import PointRecord
+from bench.results.store import SweepStore
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

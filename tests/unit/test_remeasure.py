@@ -1,4 +1,4 @@
-"""The re-measure loop (bench.trial.measured_trial) and the point's flags (bench.executor._flags): a window with a
+"""The re-measure loop (bench.run.trial.measured_trial) and the point's flags (bench.run.executor._flags): a window with a
 compile inside is measured again with fresh prompts, its rows kept as "contaminated", and what is left after the
 last re-measure is flagged. The log line is a real one (tests/data/logs, the JIT compile vLLM 0.26.0 logged inside
 a committed Kimi-rank window); the trials are scripted, so the loop's decisions are what is under test."""
@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench import contamination
-from bench import executor as E
-from bench import trial as T
-from bench import window as W
+from bench.measure import contamination
+from bench.measure import window as W
+from bench.run import executor as E
+from bench.run import trial as T
 
 SERVING = (Path(__file__).resolve().parents[1] / "data" / "logs" / "server-9e0b2fb21fdf-serving.log").read_text()
 JIT_LINE = next(line for line in SERVING.splitlines() if "13:02:07" in line)
@@ -150,11 +150,11 @@ def test_conversations_sent_again_are_flagged():
 
 
 def test_vllms_own_counts_are_checked_against_the_clients():
-    """bench.metrics.served_check / served_total and the flag: vLLM's generated tokens and finished requests over a
+    """bench.measure.metrics.served_check / served_total and the flag: vLLM's generated tokens and finished requests over a
     window against what the client received; equal gives ratio 1 and no flag, a difference of more than 0.1% or
     one request is flagged with both counts, unknown counters give no ratio and no flag. Mean TTFT and TPOT come
     from each side's sums and counts, windows added before dividing."""
-    from bench import metrics as M
+    from bench.measure import metrics as M
 
     def row(tokens, first_s, last_s):  # sent at 0, first chunk 1 token, the rest in one more chunk
         return {"status": "ok", "send_time": 0.0, "end_time": last_s, "chunk_times": [first_s, last_s],

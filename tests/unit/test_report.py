@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.fmt import fmt, human_bytes
+from bench.core.fmt import fmt, human_bytes
 from bench.report.build import build_report
 from bench.report.markdown import md_table
 from bench.report.tables import points_table
@@ -60,7 +60,7 @@ def test_md_table_formats_floats_and_keeps_integers_as_recorded():
         (float("nan"), ".3f", "n/a", "n/a"),
         (np.float64("nan"), None, "–", "–"),
         (pd.NA, ",.1f", "-", "-"),
-        (1234.5678, ",.1f", "-", "1,235"),  # at most 4 significant digits (bench.fmt.SIGNIFICANT)
+        (1234.5678, ",.1f", "-", "1,235"),  # at most 4 significant digits (bench.core.fmt.SIGNIFICANT)
         (123.45678, ",.1f", "-", "123.5"),
         (np.float64(0.123456), ".1%", "-", "12.3%"),
         (3, ".3f", "-", "3.000"),
@@ -84,7 +84,7 @@ def test_human_bytes_units():
 
 
 def test_report_of_a_sweep_with_only_skipped_points(tmp_path):
-    from bench.store import SweepStore
+    from bench.results.store import SweepStore
 
     store = SweepStore(tmp_path / "s")
     store.write_manifest(

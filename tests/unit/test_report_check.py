@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import cli
-from bench.errors import BenchError, ExitCode
+from bench.core.errors import BenchError, ExitCode
 from bench.report.build import build_report
 from bench.report.check import check_reports
 from bench.report.starts import build_starts_report

@@ -25,7 +25,7 @@ from bench.report.figures_load import (
 )
 from bench.report.request_views import MAX_TIMELINES, latency_samples, read_raw, timelines
 from bench.report.tables import POINT_COLUMNS
-from bench.store import SweepStore
+from bench.results.store import SweepStore
 
 REPO = Path(__file__).resolve().parents[2]
 DCP_EXAMPLE = REPO / "reports" / "examples" / "kimi-rank-h200-dcp" / "sweep"  # steady spans, DCP 1-8

@@ -1,4 +1,4 @@
-"""One number formatter (bench.fmt): reports built from committed examples show no unformatted float (more than
+"""One number formatter (bench.core.fmt): reports built from committed examples show no unformatted float (more than
 SIGNIFICANT significant digits, or e-notation) in summary.md or in report.html's visible text, write a missing
 precision one way (NO_PRECISION), link only to sections they have, and collapse the model-input dump."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bench.cli import main
-from bench.fmt import NO_PRECISION, SIGNIFICANT, fmt, human_bytes, plain
+from bench.core.fmt import NO_PRECISION, SIGNIFICANT, fmt, human_bytes, plain
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "reports" / "examples"

@@ -14,8 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.models import FLAVORS, draft_config, target_config
-from bench.records import PointRecord, parse
+from bench.models.models import FLAVORS, draft_config, target_config
 from bench.report import analysis as A
 from bench.report import result_fields
 from bench.report import roofline as R
@@ -23,7 +22,8 @@ from bench.report.build import build_report
 from bench.report.figures import draw_all
 from bench.report.html import render_html
 from bench.report.tables import point_row
-from bench.store import SweepStore
+from bench.results.records import PointRecord, parse
+from bench.results.store import SweepStore
 from tests.helpers.stored_models import with_stored_models, write_tiny_gpu_configs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,7 +140,7 @@ def test_a_point_that_failed_above_every_ok_point_does_not_blank_the_heatmap():
 
 
 def test_a_steady_point_whose_ttft_is_the_whole_windows_says_so():
-    """A steady span into which no request was sent (one wave) has no TTFT of its own: bench.metrics takes the whole
+    """A steady span into which no request was sent (one wave) has no TTFT of its own: bench.measure.metrics takes the whole
     window's, and the results tables say so in a `TTFT window` column shown only where that happened."""
     path = next((REPO / "tests" / "data" / "results" / "kimi-rank-dcp-h200" / "sweep" / "points").glob("*.json"))
     data = json.loads(path.read_text())

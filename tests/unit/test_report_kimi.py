@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import kimi_rank as K
+from bench.models import kimi_rank as K
 from bench.report import analysis as A
-from bench.store import SweepStore
+from bench.results.store import SweepStore
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "tests" / "data" / "results" / "kimi-rank-h200"  # a copy of reports/examples/kimi-rank-h200/results
@@ -92,7 +92,7 @@ def test_every_ok_point_has_a_roofline_row_checked_against_its_records(data, rec
     # the emulated DCP8 rank's configs have 64 heads: the report says the engines ran different models
     assert [n for n in data.roofline_notes if "ran different models" not in n] == []
     assert (roof.num_speculative_tokens == 0).sum() == 8  # the baselines have rows too
-    assert set(roof.byte_model) == {"bench.kimi_rank.decode_step_bytes"}
+    assert set(roof.byte_model) == {"bench.kimi_rank.decode_step_bytes"}  # the text reports carry
     for rec in ok:
         eng, shape, row = rec["config"]["engine"], rec["config"]["shape"], roof.loc[rec["point_id"]]
         k = eng["num_speculative_tokens"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bench.report.build import build_report
 from bench.report.servers import server_table
-from bench.store import SweepStore
+from bench.results.store import SweepStore
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "results" / "tiny-gpu-h200"
 
@@ -40,7 +40,7 @@ def test_a_log_with_two_starts_shows_each_starts_value_and_a_missing_log_no_row(
 
 
 def test_a_start_that_died_early_keeps_the_other_starts_values_in_line(tmp_path):
-    """Three starts in one log (bench.server heads each with "# bench: "); the first died after loading its model:
+    """Three starts in one log (bench.engine.server heads each with "# bench: "); the first died after loading its model:
     each column shows a value per start in start order, "-" where that start logged nothing, so the second start's
     KV tokens stand under the second start's model load (before, "a/b" read as the first two starts' values)."""
     root = Path(shutil.copytree(EXAMPLE, tmp_path / "r"))

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.fmt import NO_PRECISION
+from bench.core.fmt import NO_PRECISION
 from bench.report import analysis as A
 from bench.report import result_fields
 from bench.report.html import render_html
@@ -27,7 +27,7 @@ def test_precision_columns_follow_their_figures():
     points = pd.DataFrame({"throughput_halfwidth": [0.0312, None], "tpot_halfwidth": [0.004, float("nan")]})
     shown = result_fields.with_precision(points)
     assert shown.throughput_pm[0] == "3.1%" and shown.tpot_pm[0] == "0.4%"
-    assert shown.throughput_pm[1] == shown.tpot_pm[1] == NO_PRECISION  # no precision: said one way (bench.fmt)
+    assert shown.throughput_pm[1] == shown.tpot_pm[1] == NO_PRECISION  # no precision: said one way (bench.core.fmt)
     md, html = result_fields.markdown_columns(pd.DataFrame()), result_fields.html_columns(pd.DataFrame())
     for figure, pm in (("output_throughput", "throughput_pm"), ("tpot_p50_ms", "tpot_pm")):
         for columns in (md, html):

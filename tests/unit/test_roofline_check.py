@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import kimi_rank as K
-from bench.models import FLAVORS, target_config
+from bench.models import kimi_rank as K
+from bench.models.models import FLAVORS, target_config
 from bench.report import roofline as R
 from bench.report.roofline_check import explain, measured_step, prefill_overlap
 from bench.report.speedup import best, has_baseline, markdown_notes, speedups, with_speedups
@@ -228,7 +228,7 @@ def _point(**extra) -> dict:
 
 
 def _roofline(points: list[dict], environment_extra: dict | None = None, platform: str = "gpu"):
-    from bench.models import draft_config
+    from bench.models.models import draft_config
     from bench.report.roofline_points import roofline
 
     machine = {"platform": platform, "gpu_name": "NVIDIA H200" if platform == "gpu" else None}

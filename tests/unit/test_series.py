@@ -39,7 +39,7 @@ def test_which_line_carries_which_fix():
 def test_a_fix_not_applicable_to_a_line_is_reported_and_verified(tmp_path):
     """0.32-cpu leaves dcp-spec-decode out: status says so with the series' reason, and verify passes; a fix that
     is merely missing still fails verify."""
-    from bench.errors import BenchError
+    from bench.core.errors import BenchError
     from bench.patching.locate import VllmInstall
     from bench.patching.manager import NOT_APPLICABLE, check_verified, fix_statuses, format_status
 

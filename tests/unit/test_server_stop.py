@@ -15,12 +15,12 @@ import time
 
 import pytest
 
-from bench.errors import BenchError
-from bench.hardware import Machine
-from bench.plan import make_plan
-from bench.profile import parse_profile
-from bench.server import Server, ServerSpec, free_port, record_group
-from bench.sweep import SweepOptions, run_sweep
+from bench.commands.sweep import SweepOptions, run_sweep
+from bench.config.plan import make_plan
+from bench.config.profile import parse_profile
+from bench.core.errors import BenchError
+from bench.core.hardware import Machine
+from bench.engine.server import Server, ServerSpec, free_port, record_group
 from tests.conftest import processes_using
 from tests.unit.test_executor import PROFILE, scripted  # noqa: F401 - scripted: the fixture
 from tests.unit.test_guard import FAKE_SERVER, wait_until

@@ -1,11 +1,12 @@
-"""bench.sides: "what changed" between two sides of a comparison, read from constructed results directories."""
+"""bench.verdicts.sides: "what changed" between two sides of a comparison, read from constructed results directories."""
 
 from pathlib import Path
 
 import numpy as np
 
-from bench.compare import compare_dirs, compare_markdown
-from bench.sides import (
+from bench.results.store import SweepStore
+from bench.verdicts.compare import compare_dirs, compare_markdown
+from bench.verdicts.sides import (
     NOT_RECORDED,
     UNSET,
     AbSide,
@@ -15,7 +16,6 @@ from bench.sides import (
     what_changed,
     write_ab_side,
 )
-from bench.store import SweepStore
 
 LABEL = {"engine": "CPU_MLA/auto dcp1 k3", "shape": "4x8x29"}
 
@@ -163,7 +163,7 @@ def test_profile_values_keep_their_case_and_bools_read_as_toml(tmp_path):
 
 
 def test_each_results_directory_is_read_once(tmp_path, monkeypatch):
-    import bench.sides as sides
+    import bench.verdicts.sides as sides
 
     base, cand = rounds(tmp_path / "base", 2, env=environment()), rounds(tmp_path / "cand", 3, env=environment())
     read: list[Path] = []
@@ -204,7 +204,7 @@ def test_compare_md_opens_with_what_changed_and_prints_no_absolute_path(tmp_path
 
 
 def test_the_manifest_records_bench_and_vllm_variables_but_no_secret():
-    from bench.environment import run_variables
+    from bench.results.environment import run_variables
 
     found = run_variables(
         {"BENCH_STEP_DELAY_MS": "30", "VLLM_USE_V2": "1", "VLLM_API_KEY": "s3cret", "HF_TOKEN": "x", "PATH": "/bin"}

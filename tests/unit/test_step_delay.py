@@ -1,11 +1,11 @@
-"""The known slowdown (bench/profiling/step_delay.py) and the A/B environments that carry it (bench/ab.py)."""
+"""The known slowdown (bench/profiling/step_delay.py) and the A/B environments that carry it (bench/commands/ab.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.ab import parse_env, parse_variables
-from bench.errors import BenchError
+from bench.commands.ab import parse_env, parse_variables
+from bench.core.errors import BenchError
 from bench.profiling import step_delay as sd
 from tests.helpers.extras import ENGINE, need
 

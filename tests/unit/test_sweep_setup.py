@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from bench import profile as profile_module
-from bench.errors import BenchError
-from bench.hardware import Machine, planned_machine
+from bench.commands.profile_point import choose_point
+from bench.config import profile as profile_module
+from bench.config.plan import make_plan, plan_sweep
+from bench.config.profile import Hardware, load_profile
+from bench.core.errors import BenchError
+from bench.core.hardware import Machine, planned_machine
 from bench.patching import check_verified, format_status
-from bench.plan import make_plan, plan_sweep
-from bench.profile import Hardware, load_profile
-from bench.profile_point import choose_point
 
 CPU = Machine("cpu", cpu="test cpu")
 KIMI = "kimi-k2.6-eagle3-tp8"

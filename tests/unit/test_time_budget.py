@@ -1,11 +1,11 @@
-"""sweep --time-budget, the executor's side: which starts still fit the budget (bench.executor.SweepContext)."""
+"""sweep --time-budget, the executor's side: which starts still fit the budget (bench.run.executor.SweepContext)."""
 
 from __future__ import annotations
 
 import time
 from types import SimpleNamespace
 
-from bench.executor import MIN_POINT_MARGIN_S, SweepContext
+from bench.run.executor import MIN_POINT_MARGIN_S, SweepContext
 
 
 def _ctx(left_s: float | None, window_s: float = 15.0, ready_s=()) -> SweepContext:

@@ -1,6 +1,6 @@
 import pytest
 
-from bench.errors import BenchError
+from bench.core.errors import BenchError
 from bench.patching.unidiff import apply_file_diff, parse_patch
 
 ORIGINAL = "a\nb\nc\nd\ne\nf\ng\n"

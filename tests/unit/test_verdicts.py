@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from bench.compare import compare_dirs, compare_markdown, judge, outcome
-from bench.errors import BenchError, ExitCode
-from bench.stats import (
+from bench.core.errors import BenchError, ExitCode
+from bench.verdicts.compare import compare_dirs, compare_markdown, judge, outcome
+from bench.verdicts.stats import (
     benjamini_hochberg,
     compare_servers,
     holm,
@@ -182,7 +182,7 @@ def test_a_quiet_aa_passes_with_its_bound_stated(tmp_path, rng):
 
 
 def test_a_pass_over_a_flagged_server_start_is_inconclusive(tmp_path, rng):
-    """The quiet A/A above, with one candidate start whose record carries a flag (bench.executor._flags): its figures
+    """The quiet A/A above, with one candidate start whose record carries a flag (bench.run.executor._flags): its figures
     stay in the test (a change that contaminates windows must not be dropped from its own comparison), so the
     pass becomes inconclusive and compare.md names the start. A regression stays a regression."""
     base = side(tmp_path / "a", rng.normal(1000, 3, 6), 10.0, rng)
@@ -283,8 +283,8 @@ def test_only_round_folders_pair_and_a_point_without_common_rounds_is_inconclusi
 
 
 def test_ab_pairs_by_round_unless_told_otherwise(monkeypatch):
-    from bench import ab
     from bench.cli import main
+    from bench.commands import ab
 
     seen: dict = {}
     monkeypatch.setattr(ab, "run_ab", lambda *args, **kw: seen.update(kw) or 0)
@@ -317,7 +317,7 @@ def test_sequential_looks_spend_exactly_alpha_one_look_a_round():
 def test_futility_rule_by_hand():
     """At 4 of 10 rounds: a spread the 10th round's bound cannot bring under 5% stops (inconclusive); the same with
     a small spread, or with a slowdown whose lower bound at 10 rounds would clear 0, does not."""
-    from bench.ab import futile
+    from bench.commands.ab import futile
 
     def result(mean, sd):
         d = exact_logs(mean, sd, 4)
@@ -349,7 +349,7 @@ def test_ab_sequential_loop_stops_at_the_first_deciding_or_futile_look(
 ):
     """bench ab --rounds 4 --max-rounds 10 on the tiny profile (2 points, 4 gated tests), its rounds replaced by
     synthetic server starts."""
-    from bench import ab
+    from bench.commands import ab
 
     made = []
 
@@ -376,7 +376,7 @@ def test_ab_sequential_loop_stops_at_the_first_deciding_or_futile_look(
     assert "## Sequential looks" in text and (noise != 120 or "futility stop" in text)
     design = json.loads((tmp_path / "ab" / "design.json").read_text())
     # O'Brien-Fleming levels by hand: spent(t) = 2 sf(z_{0.975} / sqrt(t)) at t = n / 10, each look the difference
-    # (computed once with scipy.stats.norm.sf / isf, not with bench.stats)
+    # (computed once with scipy.stats.norm.sf / isf, not with bench.verdicts.stats)
     spent_by_hand = {
         4: 0.00194191,
         5: 0.00363268,
@@ -396,8 +396,8 @@ def test_a_resumed_ab_keeps_its_locked_design(tmp_path, monkeypatch, rng):
     """design.json is written before the first round; --resume with another design exits 1 naming each changed key
     and both values (nothing more runs), with the same design it continues, and without --rounds it takes the
     locked rounds."""
-    from bench import ab
     from bench.cli import main
+    from bench.commands import ab
 
     made = []
 
@@ -462,8 +462,8 @@ def test_the_planning_noise_is_an_upper_bound_of_the_sd():
 
 
 def test_ab_without_rounds_runs_the_rounds_the_noise_plans(tmp_path, monkeypatch, rng):
-    from bench import ab
-    from bench.stats import paired_sd_from_cv
+    from bench.commands import ab
+    from bench.verdicts.stats import paired_sd_from_cv
 
     made = []
 
@@ -486,8 +486,8 @@ def test_ab_resume_continues_a_cut_run_and_reruns_only_what_is_missing(tmp_path,
     """An A/B cut by a time limit in round 3 (its candidate sweep never ran): `ab --resume` passes `sweep --resume`
     for every round folder that holds a manifest (a finished sweep starts no server), a fresh sweep for the rest, and
     judges all 5 rounds. Without --resume the folder is refused."""
-    from bench import ab
-    from bench.errors import BenchError
+    from bench.commands import ab
+    from bench.core.errors import BenchError
 
     calls: list[tuple[str, bool]] = []
     cut = {"at": ("candidate", 2)}
@@ -528,8 +528,8 @@ def test_ab_sends_both_sides_of_a_round_the_same_prompts_and_each_round_fresh_on
     """Each `ab` round passes one `--prompt-salt` to both sides' sweeps (a text workload's sides get the same
     conversations), a new one the next round; `ab --resume` keeps the A/B's salt, so a cut round's missing side
     is sent what its other side was."""
-    from bench import ab
-    from bench.errors import BenchError
+    from bench.commands import ab
+    from bench.core.errors import BenchError
 
     salts: dict[str, str] = {}
     cut = {"at": ("candidate", 1)}
@@ -562,8 +562,8 @@ def test_ab_sends_both_sides_of_a_round_the_same_prompts_and_each_round_fresh_on
 def test_ab_keeps_a_profiles_own_prompt_salt(tmp_path, monkeypatch, rng):
     """A profile that pins `[run] prompt_salt` gets its rounds named from it (`{salt}-r{r}`), not a new salt that
     overrides it; resuming that A/B with a profile that pins another salt is refused."""
-    from bench import ab
-    from bench.errors import BenchError
+    from bench.commands import ab
+    from bench.core.errors import BenchError
 
     salts: dict[str, str] = {}
 
@@ -595,7 +595,7 @@ def test_ab_calibrate_stores_an_upper_bound_and_the_rounds_it_plans(tmp_path, mo
     """`ab --calibrate` (an A/A): after its rounds, per gated metric the sd of the rounds' log ratios and its 80%
     upper bound go to calibration.json and the machine's store, with the rounds that bound plans; a later plan of
     that profile on this machine uses the bound. The exit is 0 unless the A/A itself says "slower"."""
-    from bench import ab, calibration
+    from bench.commands import ab, calibration
 
     def fake_round(r, total, a, b, out, profile, repeat, ray):
         for side_name in ("baseline", "candidate"):
@@ -627,7 +627,7 @@ def test_ab_calibrate_stores_an_upper_bound_and_the_rounds_it_plans(tmp_path, mo
 def test_a_round_runs_each_side_as_one_start_with_the_rounds_salt(tmp_path, monkeypatch):
     """`ab` rounds are its units: each side's sweep is one server start (`--starts 1`, whatever the profile's
     `[run] starts`), the two sides in A B / B A order, sent the round's salt."""
-    from bench import ab
+    from bench.commands import ab
 
     calls = []
     monkeypatch.setattr(ab, "_run", lambda env, args: calls.append(args) or ExitCode.OK)

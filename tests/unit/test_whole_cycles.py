@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench import window as W
+from bench.measure import window as W
 
 
 def batch_engine(

@@ -9,8 +9,8 @@ import types
 import numpy as np
 import pytest
 
-from bench import metrics as M
-from bench import window as W
+from bench.measure import metrics as M
+from bench.measure import window as W
 
 
 def closed_loop(

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.errors import BenchError
-from bench.hardware import Machine
-from bench.launch import describe_plan
-from bench.plan import load_datasets, make_plan
-from bench.profile import load_profile, parse_profile, parse_profile_variants
+from bench.config.plan import load_datasets, make_plan
+from bench.config.profile import load_profile, parse_profile, parse_profile_variants
+from bench.core.errors import BenchError
+from bench.core.hardware import Machine
+from bench.engine.launch import describe_plan
 
 REPO = Path(__file__).resolve().parents[2]
 JSONL = REPO / "tests" / "data" / "workloads-cpu.jsonl"

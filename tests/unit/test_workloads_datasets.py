@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bench.errors import BenchError
+from bench.core.errors import BenchError
 from bench.workloads import load_dataset, parse_source, read_cached
 from bench.workloads.conversation import Conversation
 from bench.workloads.sources import HUMANEVAL, MTBENCH

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from bench.errors import BenchError
+from bench.core.errors import BenchError
 from bench.workloads import load_dataset, parse_source
 from bench.workloads.hf import offline_datasets
 

@@ -1,0 +1,1 @@
+"""Configuration and planning: a profile read and validated, its [run] table, the server axes, the SLOs, and the plan (engine configuration x batch shape, impossible points skipped with a reason). Knows nothing of running or reporting."""

@@ -1,0 +1,1 @@
+"""Foundations every stage imports: the one user-facing error, atomic file writes, the number formatter, stable ids, the strict model base, the clock and what the machine is. Imports nothing else of the suite."""

@@ -1,0 +1,1 @@
+"""From raw rows to figures, with no request sent: steady window, per-point metrics, contamination, what the server really ran (effective), server-log failure classes, and recompute of a stored directory."""

@@ -1,0 +1,1 @@
+"""The models the suite serves or reasons about: the embedded tiny Kimi-shaped target and EAGLE3 draft (configs, weights, byte-level tokenizer), one Kimi K2.6 rank, and the DCP arithmetic and collectives models."""
