@@ -116,8 +116,7 @@ def dcp_rows(points: pd.DataFrame, models: dict[str, tuple[dict | None, dict | N
 NOTE = (
     "Step p50 is measured on one GPU: with DCP N > 1 (loopback) vLLM's DCP code runs as rank 0 of N identical ranks, "
     "the collectives answered in process. `comm` is what the rank's collectives would take on "
-    # the module's path before issue 41 (now bench/models/dcp_comm.py), kept so that the committed reports' text stays as it is
-    f"{NVLINK_8X_H200.name} ({NVLINK_8X_H200.source}), modelled from their sizes (bench/dcp_comm.py), never folded "
+    f"{NVLINK_8X_H200.name} ({NVLINK_8X_H200.source}), modelled from their sizes (bench/models/dcp_comm.py), never folded "
     "into the measured columns; `step + comm` is their sum, and `tok/s with comm` the measured tok/s scaled by "
     "step / (step + comm): what the deployment would serve if the communication added to every step and overlapped "
     "nothing. `verify path` prefill-context: vLLM 0.26.0 sends the "

@@ -95,8 +95,7 @@ def measured_bandwidth(environment: dict) -> tuple[float | None, str]:
     was not measured, with the reason."""
     entry = environment.get("bandwidth")
     if not isinstance(entry, dict):
-        # the module's path before issue 41 (now bench.engine.bandwidth), kept so that the committed reports' text stays as it is
-        return None, "not measured (results from before bench.bandwidth)"
+        return None, "not measured (results from before bench.engine.bandwidth)"
     try:
         bw = float(entry.get("bytes_per_s") or 0)
     except (TypeError, ValueError):

@@ -92,7 +92,7 @@ def test_every_ok_point_has_a_roofline_row_checked_against_its_records(data, rec
     # the emulated DCP8 rank's configs have 64 heads: the report says the engines ran different models
     assert [n for n in data.roofline_notes if "ran different models" not in n] == []
     assert (roof.num_speculative_tokens == 0).sum() == 8  # the baselines have rows too
-    assert set(roof.byte_model) == {"bench.kimi_rank.decode_step_bytes"}  # the text reports carry
+    assert set(roof.byte_model) == {"bench.models.kimi_rank.decode_step_bytes"}
     for rec in ok:
         eng, shape, row = rec["config"]["engine"], rec["config"]["shape"], roof.loc[rec["point_id"]]
         k = eng["num_speculative_tokens"]
@@ -155,5 +155,5 @@ def test_html_shows_the_speedups_and_the_bandwidth_check(tmp_path):
     # the decision view names the best per shape, never one "largest" speedup or throughput across shapes
     assert "Largest speculative speedup" not in text and "Highest output throughput" not in text
     assert "At 1x1024x256, auto/fp8 draft k=3 is fastest: 1.59x no-spec (inconclusive: no precision" in text
-    assert "latency-bound at batch 1" in text and "bench.kimi_rank.decode_step_bytes (kimi-rank:tp=8" in text
+    assert "latency-bound at batch 1" in text and "bench.models.kimi_rank.decode_step_bytes (kimi-rank:tp=8" in text
     assert "Emulated DCP points" in text  # the two DCP8-rank engines

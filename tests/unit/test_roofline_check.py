@@ -245,7 +245,7 @@ def test_measured_bandwidth_reads_the_manifest():
         None,
         "not measured: CUDA error: busy",
     )
-    assert R.measured_bandwidth({}) == (None, "not measured (results from before bench.bandwidth)")
+    assert R.measured_bandwidth({}) == (None, "not measured (results from before bench.engine.bandwidth)")
     assert R.measured_bandwidth({"bandwidth": {"bytes_per_s": "nan"}})[0] is None
 
 
@@ -274,7 +274,7 @@ def test_a_point_without_a_fixed_concurrency_or_length_is_left_out_not_a_crash()
 def test_without_a_measured_ceiling_the_datasheet_alone_is_used_and_the_reason_shown():
     for env, shown in (
         ({"bandwidth": {"bytes_per_s": None, "reason": "CUDA error: busy"}}, "not measured: CUDA error: busy"),
-        ({}, "not measured (results from before bench.bandwidth)"),
+        ({}, "not measured (results from before bench.engine.bandwidth)"),
     ):
         roof, inputs, _ = _roofline([_point()], env)
         (row,) = roof.itertuples()
