@@ -24,7 +24,7 @@ from bench.core.clock import now
 from bench.core.errors import BenchError
 from bench.distributed.placement import NSYS_ON_NODE, is_cluster_outcome
 from bench.engine.bandwidth import manifest_entry
-from bench.engine.launch import describe_plan, prompt_ids
+from bench.engine.launch import describe_plan, prompt_ids, refused_commands
 from bench.engine.server import stop_leftover_servers
 from bench.load.prompts import new_salt
 from bench.results.environment import collect_environment
@@ -101,6 +101,12 @@ def sweep(request: SweepRequest) -> SweepOutcome:
     if request.time_budget_s is not None and request.ray is not None:
         raise BenchError("--time-budget is for a sweep on this machine, not with --ray")
     plan = _plan(request, dry_run=False)
+    if request.ray is None and (refused := refused_commands(plan, request.draft_keys)):
+        raise BenchError(
+            "vLLM's own argument parser refuses the command of "
+            + ("; ".join(refused))
+            + ". Nothing was started; `bench sweep PROFILE --dry-run` shows every server's command"
+        )
     out = request.out or Path("reports") / f"{plan.profile.name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
     from bench.profiling.session import Capture, capture_problem, find_nsys
 

@@ -6,7 +6,8 @@ engine label name it, the report gives it a column and matches speedup baselines
 max_model_len, from /v1/models; the others are the user's word).
 
 Any other `vllm serve` flag can be swept without a declaration, under `[axes.server]` (vLLM's own name, with
-underscores, values as TOML values): it gets the same treatment, with no value check beyond the type.
+underscores, values as TOML values): it gets the same treatment; its values are checked for their type here and,
+before a sweep starts any server, by the installed vLLM's own argument parser (bench.engine.launch.refused_commands).
 
 The built-in axes (draft attention backend, draft KV dtype, DCP size, k, shapes, emulated DCP) have semantics of
 their own (k = 0 is the baseline, DCP is a parallel size, shapes make the load) and live in bench/config/profile.py.
@@ -49,6 +50,8 @@ AXES: dict[str, ServerAxis] = {
     for a in (
         # tokens one engine step may schedule, prefill chunks and decode together
         ServerAxis("max_num_batched_tokens", int, "mbt", "max batched tokens", _positive),
+        # requests one engine step may hold (vLLM's parser takes 0; the engine then fails at start)
+        ServerAxis("max_num_seqs", int, "mns", "max num seqs", _positive),
     )
 }
 

@@ -180,6 +180,24 @@ def describe_plan(plan: Plan, draft_keys: str = "legacy", check_flags: bool = Tr
     return "\n".join(lines)
 
 
+def refused_commands(plan: Plan, draft_keys: str = "legacy") -> list[str]:
+    """Each planned server whose command line the installed vLLM's own parser refuses (bench.engine.vllm_argv): a
+    value of the wrong type under `[axes.server]` (`max_num_seqs = "x"`), a flag this vLLM lacks. Checked before a
+    sweep starts any server, so that a typo costs seconds, not a server start per engine. Empty when every command
+    parses, or when no parser can be had here (a vLLM on another machine: the dry run says so)."""
+    problems = []
+    for engine, points in plan.groups:
+        target, draft = _display_models(engine, plan.flavor)
+        argv = engine_argv(engine, target, draft, _load_format(engine), 0, draft_keys)
+        argv += request_spec_args(engine.num_speculative_tokens, engine.serve_args, _has_text(points))
+        checked, problem = vllm_argv.check(argv)
+        if not checked:
+            return []
+        if problem:
+            problems.append(f"server {engine.id} [{engine.label()}]: {problem}")
+    return problems
+
+
 def _load_line(point: Point, warmup_waves: int) -> str:
     """A point's load in the dry run: its shape and prompts, or its text workload (dataset, sampling, arrival)."""
     c = point.shape.concurrency if point.shape is not None else 0

@@ -78,6 +78,8 @@ def test_any_vllm_serve_flag_can_be_swept_under_axes_server():
         ({"max_num_batched_tokens": [64]}, {"server": {"max_num_batched_tokens": 128}}, "keep one"),
         ({"server": {"port": [1, 2]}}, {}, "set by the suite"),
         ({"server": {"Bad-Flag": [1]}}, {}, "not a vllm serve flag name"),
+        ({"server": {"max_num_seqs": [0, 4]}}, {}, "values must be >= 1"),
+        ({"server": {"max_num_seqs": [4, "x"]}}, {}, "is not int"),
         ({"server": {"max_num_batched_tokens": [64]}, "max_num_batched_tokens": [32]}, {}, "given twice"),
     ],
 )
@@ -153,3 +155,23 @@ def test_the_dry_run_checks_each_command_with_vllms_own_parser(tmp_path):
     assert f"! vLLM {version} refuses it: unrecognized arguments: --no-disable-log-stats" in out
     assert out.count("refuses it") == 1
     assert vllm_argv.check(["python", "-m", vllm_argv.ENTRY, "--max-num-seqs", "x"])[1].endswith("'x'")
+
+
+@needs_vllm
+def test_a_sweep_refuses_a_command_vllms_parser_refuses_before_any_server_starts(tmp_path):
+    """An undeclared server axis has no value check but its type: vLLM's own parser is the check, run on every
+    planned server before a sweep starts one (bench.engine.launch.refused_commands; issue 41)."""
+    from bench.commands.sweep import SweepRequest, sweep
+    from bench.engine.launch import refused_commands
+
+    text = '[axes]\nshapes = ["1x16x8"]\n[axes.server]\nmax_logprobs = [5, "two"]\n'
+    (tmp_path / "b.toml").write_text('name = "b"\n' + text)
+    plan = make_plan(load_profile(str(tmp_path / "b.toml"), "cpu"), Machine("cpu"))
+    refused = refused_commands(plan)
+    assert len(refused) == 1 and "max_logprobs=two" in refused[0] and "'two'" in refused[0], refused
+    out = tmp_path / "out"
+    with pytest.raises(BenchError, match="refuses the command of server .*'two'.*Nothing was started"):
+        sweep(SweepRequest(profile=str(tmp_path / "b.toml"), out=out))
+    assert not out.exists()
+    good = make_plan(load_profile("tiny", "cpu"), Machine("cpu"))
+    assert refused_commands(good) == []
