@@ -56,6 +56,7 @@ from typing import Any
 from bench.core.errors import ExitCode
 from bench.core.fmt import md_rows
 from bench.measure import window as W
+from bench.results.store import SweepStore
 
 REPO = Path(__file__).resolve().parents[1]
 CLIENTS = ("bench", "vllm")
@@ -802,10 +803,10 @@ def run_logged(
 
 
 def read_bench_dir(root: Path) -> dict:
-    points = sorted((root / "points").glob("*.json"))
+    points = list(SweepStore(root).points().values())  # version-checked and validated, as every reader of records
     if len(points) != 1:
         raise RuntimeError(f"{root}: expected one point record, found {len(points)}")
-    record = json.loads(points[0].read_text())
+    record = points[0]
     rows = None
     if record.get("raw") and (root / record["raw"]).exists():
         import pyarrow.parquet as pq

@@ -13,7 +13,6 @@ stall share. Prints a markdown table.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import numpy as np
 
 from bench.core.fmt import md_rows
 from bench.measure import window as W
+from bench.results.store import SweepStore
 
 
 def drift(rows: list[dict], concurrency: int, step_p50_ms: float) -> dict:
@@ -59,8 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", type=Path, help="a results directory (points/, raw/)")
     ap.add_argument("point", help="a point id (or prefix)")
     args = ap.parse_args(argv)
-    (path,) = sorted((args.results / "points").glob(f"{args.point}*.json"))
-    record = json.loads(path.read_text())
+    (record,) = [r for pid, r in SweepStore(args.results).points().items() if pid.startswith(args.point)]
     import pyarrow.parquet as pq
 
     rows = [r for r in pq.read_table(args.results / record["raw"]).to_pylist() if r["phase"] == "measure"]

@@ -15,7 +15,6 @@ creates its own (vLLM cannot join a group made by another process).
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -167,8 +166,8 @@ class RayRunner:
 
     def _skip(self, engine: EngineConfig, points: list[Point], placement: Placement) -> None:
         for point in points:
-            path = self.ctx.store.point_path(point.id)
-            if path.exists() and json.loads(path.read_text()).get("status") == "failed":
+            stored = self.ctx.store.point(point.id)
+            if stored is not None and stored[1].status == "failed":
                 continue  # --rerun-failed on a cluster that cannot place it now: the failure stays on record
             self.ctx.store.save_point({**base_record(point), "status": "skipped", "reason": skip_reason(placement)})
         self.tracker.total -= len(points)

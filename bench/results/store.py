@@ -58,12 +58,18 @@ class SweepStore:
         parse(Manifest, data, path)
         return data
 
+    @staticmethod
+    def _read_point(path: Path) -> tuple[dict, PointRecord]:
+        data = check_version(_read_json(path), path)
+        return data, parse(PointRecord, data, path)
+
     def _point_files(self) -> list[tuple[dict, PointRecord]]:
-        out = []
-        for path in sorted((self.root / "points").glob("*.json")):
-            data = check_version(_read_json(path), path)
-            out.append((data, parse(PointRecord, data, path)))
-        return out
+        return [self._read_point(path) for path in sorted((self.root / "points").glob("*.json"))]
+
+    def point(self, point_id: str) -> tuple[dict, PointRecord] | None:
+        """One point's record as stored and typed (version-checked, validated); None when it has none yet."""
+        path = self.point_path(point_id)
+        return self._read_point(path) if path.exists() else None
 
     def points(self) -> dict[str, dict]:
         """{point id: record as stored} (validated), for code that passes records on whole."""

@@ -26,6 +26,29 @@ def dist(mean, p50):
 
 
 # A bench point record whose headline is the steady span of the closed loop (metrics.window = "steady").
+# what a stored record has beside the figures the cross-check reads (SweepStore checks version and model)
+STORED = {
+    "schema_version": 2,
+    "engine_id": "43ed6e15823f",
+    "config": {
+        "engine": {
+            "acceptance": {"mode": "real"},
+            "dcp_size": 1,
+            "draft": "tiny",
+            "draft_attention_backend": "CPU_MLA",
+            "draft_kv_cache_dtype": "auto",
+            "num_speculative_tokens": 3,
+            "server": {"attention_backend": "CPU_MLA"},
+            "speculative": {"method": "eagle3"},
+            "target": "tiny",
+            "weights": "zero-final-norm",
+        },
+        "num_prompts": 16,
+        "seed": 2,
+        "shape": {"concurrency": 4, "input_len": 64, "output_len": 32},
+        "warmup_prompts": 2,
+    },
+}
 BENCH_STEADY = {
     "schema_version": 1,
     "point_id": "4a49267507b5",
@@ -397,7 +420,7 @@ def test_rebuild_rereads_the_runs_and_keeps_what_only_the_run_knew(xc, tmp_path)
     import json
 
     (tmp_path / "bench-1" / "points").mkdir(parents=True)
-    record = BENCH_STEADY | {"raw": None}
+    record = BENCH_STEADY | {"raw": None} | STORED  # read through SweepStore: a whole, current record
     record["spec_decode"] = {
         "mean_acceptance_length": 2.3,
         "num_drafts": 1000.0,

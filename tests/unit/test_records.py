@@ -91,3 +91,18 @@ def test_broken_json_is_named(results):
     path.write_text('{"point_id": ')
     with pytest.raises(BenchError, match=r"not JSON .*edited or copied in part"):
         store.records()
+
+
+def test_one_point_reads_through_the_same_checks_and_none_is_no_record(results):
+    """SweepStore.point: the one-record read (the Ray driver's --rerun-failed skip, the benchmark scripts) checks
+    the schema version and the model as points() does; a point with no record yet is None."""
+    store = SweepStore(results)
+    path, record = _first(store, "failed")
+    got = store.point(path.stem)
+    assert got is not None
+    stored, typed = got
+    assert stored == record and typed.status == "failed"
+    assert store.point("0" * 12) is None
+    path.write_text(json.dumps({**record, "schema_version": 1}))
+    with pytest.raises(BenchError, match="bench migrate"):
+        store.point(path.stem)
