@@ -223,16 +223,7 @@ def test_patched_flashmla_rows_match_the_reference_on_every_rank(vllm_copy, tmp_
     version, base = vllm_copy
     apply_series(locate_vllm(base))
     cases = [{**c, "rank": r} for c in ROW_CASES for r in range(c["size"])]
-    proc = subprocess.run(
-        [sys.executable, str(HELPERS / "dcp_rows_probe.py"), json.dumps(cases)],
-        capture_output=True,
-        text=True,
-        env={**vllm_env(tmp_path), "PYTHONPATH": str(base)},
-        cwd=tmp_path,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_probe("dcp_rows_probe.py", base, tmp_path, cases)
     assert out["vllm_version"] == version and out["flashmla_file"].startswith(str(base))
     for case, got in zip(cases, out["results"], strict=True):
         want = verify_rows(case["seq_lens"], case["query_lens"], case["size"], case["rank"], case["interleave"])
@@ -290,9 +281,10 @@ BUILDER_DEFAULTS = {
 }
 
 
-def builder_probe(base, tmp_path, cases):
+def run_probe(script: str, base, tmp_path, cases) -> dict:
+    """A probe of tests/helpers run on the vLLM copy at `base` with `cases`: its last stdout line, as JSON."""
     proc = subprocess.run(
-        [sys.executable, str(HELPERS / "flashmla_builder_probe.py"), json.dumps(cases)],
+        [sys.executable, str(HELPERS / script), json.dumps(cases)],
         capture_output=True,
         text=True,
         env={**vllm_env(tmp_path), "PYTHONPATH": str(base)},
@@ -300,7 +292,11 @@ def builder_probe(base, tmp_path, cases):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def builder_probe(base, tmp_path, cases):
+    out = run_probe("flashmla_builder_probe.py", base, tmp_path, cases)
     assert out["flashmla_file"].startswith(str(base)) and out["max_num_seqs"] == 16
     return out
 
