@@ -1,13 +1,21 @@
 """`bench report --check`: every report under a folder (reports/examples: documentation that must stay what the code
-makes of its records) rebuilt into a temporary folder and compared, byte for byte, with the committed files. Only
-the files a rebuild writes are compared, and only where they are committed (an example may leave report.html out,
-or keep a screenshot beside it); nothing under the folder is written. report.html names its results directory as
-the report was given it: the examples are built, and checked, from the repository root with relative paths."""
+makes of its records) rebuilt into a temporary folder and compared with the committed files: text byte for byte,
+images as images. Only the files a rebuild writes are compared, and only where they are committed (an example may
+leave report.html out, or keep a screenshot beside it); nothing under the folder is written. report.html names its
+results directory as the report was given it: the examples are built, and checked, from the repository root with
+relative paths.
+
+A plot is compared by its pixels, within IMAGE_TOLERANCE: the same figure drawn by the same matplotlib on another
+CPU may differ in a few anti-aliased edge pixels (floating point in the layout), which says nothing about the report.
+report.html embeds its plots as base64 PNGs: its text is compared with them cut out, and each image as a plot."""
 
 from __future__ import annotations
 
+import base64
 import difflib
+import io
 import itertools
+import re
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -17,6 +25,10 @@ from bench.report.build import build_report
 from bench.report.starts import build_starts_report, start_dirs
 
 TEXT_SUFFIXES = {".md", ".csv", ".json", ".html"}
+EMBEDDED_PNG = re.compile(rb"data:image/png;base64,([A-Za-z0-9+/=]+)")
+# a plot matches when at most this share of its pixels differ: the figures it draws are checked byte for byte in
+# the text files beside it (summary.md, the CSVs), so the image check is there for a plot that changed as a whole
+IMAGE_TOLERANCE = 0.002
 DIFF_LINES = 40  # of a text file's unified diff shown per difference
 LINE_CHARS = 200  # report.html has long lines (embedded images)
 
@@ -65,8 +77,38 @@ def _compare(checked: Checked, committed_dir: Path, rebuilt_dir: Path, rebuilt: 
             continue
         checked.files += 1
         old, new = committed.read_bytes(), path.read_bytes()
-        if old != new:
+        if old != new and not _same_report_file(committed.suffix, old, new):
             checked.differences.append(_difference(committed, old, new))
+
+
+def _same_report_file(suffix: str, old: bytes, new: bytes) -> bool:
+    """Whether two versions of a report file that differ in bytes are the same report: plots within the image
+    tolerance, report.html equal once its embedded plots are cut out and those plots within the tolerance."""
+    if suffix == ".png":
+        return same_image(old, new)
+    if suffix == ".html":
+        old_images, new_images = EMBEDDED_PNG.findall(old), EMBEDDED_PNG.findall(new)
+        cut = rb"data:image/png;base64,..."
+        return (
+            EMBEDDED_PNG.sub(cut, old) == EMBEDDED_PNG.sub(cut, new)
+            and len(old_images) == len(new_images)
+            and all(same_image(base64.b64decode(a), base64.b64decode(b)) for a, b in zip(old_images, new_images))
+        )
+    return False
+
+
+def same_image(old: bytes, new: bytes) -> bool:
+    """Two PNGs of one plot: the same size and at most IMAGE_TOLERANCE of the pixels differing (a plot of other data,
+    another layout or another style differs in far more)."""
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    a, b = (mpimg.imread(io.BytesIO(data), format="png") for data in (old, new))
+    if a.shape != b.shape:
+        return False
+    delta = np.abs(a.astype(float) - b.astype(float))
+    per_pixel = delta.max(axis=-1) if delta.ndim == 3 else delta
+    return bool((per_pixel > 0).mean() <= IMAGE_TOLERANCE)
 
 
 def _difference(committed: Path, old: bytes, new: bytes) -> str:

@@ -53,7 +53,9 @@ def test_an_edited_summary_and_a_changed_plot_are_differences(tmp_path, capsys):
     summary = examples / "a" / "report" / "summary.md"
     summary.write_text(summary.read_text().replace("0 ok, 4 failed, 0 skipped.", "1 ok, 3 failed, 0 skipped."))
     plot = examples / "a" / "report" / "plots" / "heatmap.png"
-    plot.write_bytes(plot.read_bytes() + b"\0")
+    import matplotlib.image as mpimg
+
+    mpimg.imsave(plot, 1 - mpimg.imread(plot)[..., :3])  # another plot: every pixel changed
     assert cli.main(["report", "--check", str(examples)]) == ExitCode.REPORT_DIFFERS == 8
     out = capsys.readouterr().out
     assert f"{summary}: the rebuilt file differs" in out
@@ -81,3 +83,42 @@ def test_nothing_to_check_and_other_options_are_errors(tmp_path):
         cli._check_reports(cli.build_parser().parse_args(["report", "--check", str(tmp_path)]))
     with pytest.raises(BenchError, match="no --out, --slo or --recompute"):
         cli._check_reports(cli.build_parser().parse_args(["report", "--check", str(tmp_path), "--recompute"]))
+
+
+def test_plots_compare_as_images_and_report_html_without_its_embedded_plots():
+    """A plot redrawn with a few edge pixels off (another CPU's floating point) is the same plot; one of other data
+    is not; report.html compares its text with the embedded plots cut out, and those plots as plots."""
+    import base64
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bench.report.check import _same_report_file, same_image
+
+    def png(ys, nudge=0):
+        fig, ax = plt.subplots(figsize=(4, 3), dpi=100)
+        ax.plot(ys)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        plt.close(fig)
+        data = buf.getvalue()
+        if not nudge:
+            return data
+        img = matplotlib.image.imread(io.BytesIO(data), format="png")
+        img[5, 5 : 5 + nudge, :3] = 0.5  # a few pixels off, as anti-aliasing on another machine might leave
+        out = io.BytesIO()
+        matplotlib.image.imsave(out, img, format="png")
+        return out.getvalue()
+
+    a, b, other = png([1, 2, 3], nudge=0), png([1, 2, 3], nudge=3), png([3, 1, 2])
+    assert a != b and same_image(a, b)
+    assert not same_image(a, other)
+    html = b'<p>x</p><img src="data:image/png;base64,%s">'
+    page = html % base64.b64encode(a)
+    assert _same_report_file(".html", page, html % base64.b64encode(b))
+    assert not _same_report_file(".html", page, html % base64.b64encode(other))
+    assert not _same_report_file(".html", page, page.replace(b"<p>x</p>", b"<p>y</p>"))
+    assert not _same_report_file(".md", b"a", b"b")
