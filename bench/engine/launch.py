@@ -137,6 +137,17 @@ def measurement_line(run) -> str:
     return text
 
 
+def planned_argv(plan: Plan, engine: EngineConfig, points: list[Point], draft_keys: str = "legacy") -> list[str]:
+    """One planned server's command line as the run would pass it (models named, not generated; port 0): the draft's
+    backend / KV dtype under `draft_keys`, and the per-request acceptance flag unless the plan is for another machine
+    (the vLLM there may lack it: 0.26.0 does)."""
+    target, draft = _display_models(engine, plan.flavor)
+    argv = engine_argv(engine, target, draft, _load_format(engine), 0, draft_keys)
+    if plan.machine.cpu != "(planned)":
+        argv += request_spec_args(engine.num_speculative_tokens, engine.serve_args, _has_text(points))
+    return argv
+
+
 def describe_plan(plan: Plan, draft_keys: str = "legacy", check_flags: bool = True) -> str:
     """The --dry-run text: counts, each server's exact command (the draft's backend / KV dtype under the keys
     `draft_keys` names, as the run passes them), whether the installed vLLM's parser takes it (bench.engine.vllm_argv;
@@ -150,11 +161,8 @@ def describe_plan(plan: Plan, draft_keys: str = "legacy", check_flags: bool = Tr
     run = plan.profile.run
     lines.append("run: " + measurement_line(run))
     for engine, points in plan.groups:
-        target, draft = _display_models(engine, plan.flavor)
-        argv = engine_argv(engine, target, draft, _load_format(engine), 0, draft_keys)
-        per_request = request_spec_args(engine.num_speculative_tokens, engine.serve_args, _has_text(points))
-        planned_elsewhere = machine.cpu == "(planned)"  # the vLLM there may lack the flag (0.26.0 does)
-        argv += [] if planned_elsewhere else per_request
+        argv = planned_argv(plan, engine, points, draft_keys)
+        planned_elsewhere = machine.cpu == "(planned)"
         lines.append(f"\nserver {engine.id}  [{engine.label()}]")
         if engine.dcp_loopback:
             lines.append(
@@ -187,10 +195,7 @@ def refused_commands(plan: Plan, draft_keys: str = "legacy") -> list[str]:
     parses, or when no parser can be had here (a vLLM on another machine: the dry run says so)."""
     problems = []
     for engine, points in plan.groups:
-        target, draft = _display_models(engine, plan.flavor)
-        argv = engine_argv(engine, target, draft, _load_format(engine), 0, draft_keys)
-        argv += request_spec_args(engine.num_speculative_tokens, engine.serve_args, _has_text(points))
-        checked, problem = vllm_argv.check(argv)
+        checked, problem = vllm_argv.check(planned_argv(plan, engine, points, draft_keys))
         if not checked:
             return []
         if problem:
