@@ -220,26 +220,11 @@ def _group_union(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.Se
 
 def _cpu_per_step(ranges: pd.DataFrame, steps: np.ndarray) -> pd.DataFrame:
     """Per decode step: the count (`n:RANGE`) and CPU ns (`cpu:RANGE`) of CPU_RANGES inside it, same thread."""
-    out = pd.DataFrame(0, index=range(len(steps)), columns=[f"{k}:{r}" for r in CPU_RANGES for k in ("n", "cpu")])
-    step_rows = ranges.iloc[steps].assign(_step=np.arange(len(steps)))
-    nested = ranges[ranges["name"].isin(CPU_RANGES)]
-    for tid, thread_steps in step_rows.groupby("global_tid"):
-        thread_steps = thread_steps.sort_values("start_ns")
-        inner = nested[nested["global_tid"] == tid]
-        where = step_shares.enclosing(
-            thread_steps["start_ns"].to_numpy(np.int64),
-            thread_steps["end_ns"].to_numpy(np.int64),
-            inner["start_ns"].to_numpy(np.int64),
-            inner["end_ns"].to_numpy(np.int64),
-        )
-        ok = where >= 0
-        at = thread_steps["_step"].to_numpy()[where[ok]]
-        for name in CPU_RANGES:
-            sel = inner["name"].to_numpy()[ok] == name
-            out.loc[:, f"n:{name}"] += np.bincount(at[sel], minlength=len(steps))
-            out.loc[:, f"cpu:{name}"] += np.bincount(
-                at[sel], inner["cpu_ns"].to_numpy(float)[ok][sel], minlength=len(steps)
-            ).astype(np.int64)
+    nested = step_shares.nested_per_step(ranges, steps, list(CPU_RANGES))
+    out = pd.DataFrame(index=range(len(steps)))
+    for r in CPU_RANGES:
+        out[f"n:{r}"] = nested[f"{r}:n"]
+        out[f"cpu:{r}"] = nested[f"{r}:cpu"].astype(np.int64)
     return out
 
 

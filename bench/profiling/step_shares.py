@@ -48,32 +48,50 @@ def enclosing(step_start: np.ndarray, step_end: np.ndarray, start: np.ndarray, e
 
 
 def decode_steps(ranges: pd.DataFrame) -> pd.DataFrame:
-    """One row per decode step: its CPU and GPU busy ns, and per part the count and sums of the ranges inside it
-    (columns `PART:n`, `PART:cpu`, `PART:gpu`)."""
+    """One row per decode step (`decode_step_positions`): its CPU and GPU busy ns, and per part the count and sums
+    of the ranges inside it (columns `PART:n`, `PART:cpu`, `PART:gpu`)."""
     columns = ["step_cpu", "step_gpu"] + [f"{p}:{k}" for p in PARTS for k in ("n", "cpu", "gpu")]
-    frames = []
-    for _, thread in ranges.groupby("global_tid", sort=True):
-        steps = thread[thread["name"] == STEP].sort_values("start_ns")
-        if steps.empty:
-            continue
-        s0, s1 = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
-        nested = thread[thread["name"] != STEP]
-        where = enclosing(s0, s1, nested["start_ns"].to_numpy(np.int64), nested["end_ns"].to_numpy(np.int64))
-        decode = np.zeros(len(steps), bool)
-        decode[where[(where >= 0) & nested["name"].str.match(DECODE).to_numpy()]] = True
-        frame = pd.DataFrame(
-            {"step_cpu": steps["cpu_ns"].to_numpy(float), "step_gpu": steps["gpu_busy_ns"].to_numpy(float)}
-        )
-        for part in PARTS:
-            mine = (nested["name"] == part).to_numpy() & (where >= 0)
-            at = where[mine]
-            frame[f"{part}:n"] = np.bincount(at, minlength=len(steps))
-            frame[f"{part}:cpu"] = np.bincount(at, nested["cpu_ns"].to_numpy(float)[mine], minlength=len(steps))
-            frame[f"{part}:gpu"] = np.bincount(at, nested["gpu_busy_ns"].to_numpy(float)[mine], minlength=len(steps))
-        frames.append(frame[decode & (frame["step_gpu"].to_numpy() > 0)])
-    if not frames:
+    steps = decode_step_positions(ranges)
+    if not len(steps):
         return pd.DataFrame(columns=columns)
-    return pd.concat(frames, ignore_index=True)[columns]
+    frame = pd.DataFrame(
+        {
+            "step_cpu": ranges["cpu_ns"].to_numpy(float)[steps],
+            "step_gpu": ranges["gpu_busy_ns"].to_numpy(float)[steps],
+        }
+    )
+    return pd.concat([frame, nested_per_step(ranges, steps, list(PARTS), ("cpu_ns", "gpu_busy_ns"))], axis=1)[columns]
+
+
+_SUMS = {"cpu_ns": "cpu", "gpu_busy_ns": "gpu"}  # a range column summed per step -> its column suffix
+
+
+def nested_per_step(
+    ranges: pd.DataFrame, steps: np.ndarray, names: list[str], fields: tuple[str, ...] = ("cpu_ns",)
+) -> pd.DataFrame:
+    """Row i for the step at position steps[i] of `ranges`: per range name in `names`, the count (`NAME:n`) and the
+    sums of `fields` (`NAME:cpu`, `NAME:gpu`) of those ranges inside the step, on its thread."""
+    tids, rname = ranges["global_tid"].to_numpy(np.int64), ranges["name"].astype(str).to_numpy()
+    starts, ends = ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)
+    out = {f"{n}:{k}": np.zeros(len(steps), float) for n in names for k in ("n", *(_SUMS[f] for f in fields))}
+    candidates = np.isin(rname, names)
+    for tid in np.unique(tids[steps]):
+        rows = np.flatnonzero(tids[steps] == tid)
+        rows = rows[np.argsort(starts[steps[rows]], kind="stable")]
+        inner = np.flatnonzero((tids == tid) & candidates)
+        where = enclosing(starts[steps[rows]], ends[steps[rows]], starts[inner], ends[inner])
+        at, inner = rows[where[where >= 0]], inner[where >= 0]
+        for n in names:
+            sel = rname[inner] == n
+            out[f"{n}:n"] += np.bincount(at[sel], minlength=len(steps))
+            for f in fields:
+                out[f"{n}:{_SUMS[f]}"] += np.bincount(
+                    at[sel], ranges[f].to_numpy(float)[inner[sel]], minlength=len(steps)
+                )
+    frame = pd.DataFrame(out)
+    counts = [c for c in frame if c.endswith(":n")]
+    frame[counts] = frame[counts].astype(np.int64)
+    return frame
 
 
 def decode_step_positions(ranges: pd.DataFrame) -> np.ndarray:
