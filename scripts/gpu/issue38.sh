@@ -72,4 +72,6 @@ for task in "$@"; do
   [ $rc -eq 124 ] || echo "exit $rc" > $res/$task.exit
   echo "== $task: exit $rc after $(cat $res/$task.seconds) s in all (124: cut by the budget, run again)"
 done
+# What a later lease would have to carry to skip the first start's compile (issue 38 item 6: start-up before/after)
+du -sh /tmp/vllm-cache/* /tmp/torchinductor_* ~/.triton/cache ~/.cache/flashinfer 2>/dev/null > $res/caches.txt
 tar czf "$OUT/issue38.tgz" --exclude="*/run" -C /tmp res38
