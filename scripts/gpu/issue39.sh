@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the H200 host after install-on-gpu-host.sh (vLLM 0.26.0): issue 39's GPU work as one resumable job (run it under
+# On the GPU host after install-on-gpu-host.sh (vLLM 0.26.0; an H200, or an H100 with the 40-layer profiles): issue 39's GPU work as one resumable job (run it under
 # scripts/gpu/detached.sh so that it outlives one call; results in /tmp/res39, copied to $OUT/issue39.tgz each call,
 # without nsys reports / SQLite exports and vLLM's run/ caches). V2 runner (VLLM_USE_V2_MODEL_RUNNER=1), as issue 21.
 # Each task sets the patch state it needs first (`bench patch apply [--except dcp-spec-decode]`: seconds).
@@ -46,8 +46,12 @@ export VLLM_USE_V2_MODEL_RUNNER=1
 budget=${1:?usage: issue39.sh BUDGET_SECONDS correct|profile|sweep|ab...}; shift
 res=/tmp/res39
 py=$(command -v python)
-dcp_prof=profiles/kimi-k2.6-rank-h200-dcp.toml
-back_prof=profiles/kimi-k2.6-rank-h200-dcp-backends
+# The 61-layer rank needs the H200's memory; on a smaller card (an H100) the 40-layer variants of the same profiles
+mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+card=h200; [ "${mib:-0}" -lt 102400 ] && card=h100-l40
+echo "== card: $card ($mib MiB)"
+dcp_prof=profiles/kimi-k2.6-rank-$card-dcp.toml
+back_prof=profiles/kimi-k2.6-rank-$card-dcp-backends
 sweep_order=${SWEEP_ORDER:-"flashattn-mla:3:2,8,1,4 flashmla:3:2,8,1,4 flashattn-mla:0:1,2,8,4 flashmla:0:1,2,8,4"}
 [ -n "${RESUME_FROM:-}" ] && [ ! -d $res ] && tar xzf "$RESUME_FROM" -C /tmp
 mkdir -p $res
@@ -135,7 +139,7 @@ for task in "$@"; do
         l=$(left); [ "$l" -ge 500 ] || { echo "== $l s left: not starting ab dcp$n (a round ~470 s)"; rc=124; break; }
         resume=(); [ -d $res/ab-dcp$n ] && resume=(--resume)
         echo "== ab DCP $n ($l s left)"
-        timeout -s TERM "$l" python -m bench ab profiles/kimi-k2.6-rank-h200-dcp$n-ab.toml \
+        timeout -s TERM "$l" python -m bench ab profiles/kimi-k2.6-rank-$card-dcp$n-ab.toml \
           --baseline "$py:patched-except=dcp-spec-decode" --candidate "$py:patched" --rounds "${AB_ROUNDS:-3}" \
           --out $res/ab-dcp$n "${resume[@]}" >> $res/ab-dcp$n.log 2>&1
         r=$?; [ $r = 124 ] && { rc=124; break; }
