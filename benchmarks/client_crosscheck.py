@@ -56,6 +56,7 @@ from typing import Any
 from bench.core.errors import ExitCode
 from bench.core.fmt import md_rows
 from bench.measure import window as W
+from bench.results.records import Cache, Metrics, PointRecord, Served, SpecDecode, Stalls, Steady, WindowFigures
 from bench.results.store import SweepStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -193,7 +194,7 @@ def _lengths(values: Sequence[int | None]) -> dict:
 
 def rhythm(steady: dict | None) -> dict:
     """The server's rhythm over a run's steady span (all C requests in flight), from bench.measure.window's steady figures
-    (`metrics` of a bench point record, or bench.measure.window.steady of vLLM's client's rows): the step p50 (gaps between
+    (bench.measure.window.steady of vLLM's client's rows; parse_bench reads a bench point record's from its metrics): the step p50 (gaps between
     a request's successive chunks) and the stalls (gaps of no token for any request longer than STALL_FACTOR x that
     p50: a new request's prefill stopping the batch), their share of the span and their p50. None without a span."""
     stalls = (steady or {}).get("stalls") or {}
@@ -215,31 +216,32 @@ def vllm_rows(result: dict) -> list[dict]:
     return rows
 
 
-def _bench_figures(m: dict) -> dict:
+def _bench_figures(m: WindowFigures) -> dict:
     """The compared figures from a bench metrics table (the headline one or `whole`)."""
     return {
-        "output_tok_s": m.get("output_throughput"),
-        "tpot_mean_ms": (m.get("tpot_ms") or {}).get("mean"),
-        "tpot_p50_ms": (m.get("tpot_ms") or {}).get("p50"),
-        "ttft_mean_ms": (m.get("ttft_ms") or {}).get("mean"),
-        "duration_s": m.get("duration_s"),
+        "output_tok_s": m.output_throughput,
+        "tpot_mean_ms": m.tpot_ms.mean if m.tpot_ms else None,
+        "tpot_p50_ms": m.tpot_ms.p50 if m.tpot_ms else None,
+        "ttft_mean_ms": m.ttft_ms.mean if m.ttft_ms else None,
+        "duration_s": m.duration_s,
     }
 
 
-def parse_bench(record: dict, raw_rows: Sequence[dict] | None = None) -> dict:
+def parse_bench(record: PointRecord, raw_rows: Sequence[dict] | None = None) -> dict:
     """A bench point record (`points/<id>.json`) and its raw rows (`raw/<id>.parquet`) as the compared fields:
     the headline figures (`metrics`; `window` says which window they are), and under `whole` the whole window's
     (`metrics.whole`, or the headline itself when that is the whole window). Prompt tokens: the server's count
     of each measured request (`prompt_tokens`, from its usage), else what was sent (`prompt_len`); without raw
     rows, the record's one category's mean."""
-    m = record.get("metrics") or {}
-    window = m.get("window") or "whole"  # results written before the steady window have no label: whole
+    m = record.metrics or Metrics()
+    window = m.window  # results written before the steady window have no label: whole
+    steady = m.steady or Steady()
     headline = _bench_figures(m)
     if window == "steady":  # the headline's window is the steady span (the top-level duration is the whole's)
-        headline["duration_s"] = (m.get("steady") or {}).get("span_s")
-    whole = _bench_figures(m["whole"]) if m.get("whole") else (dict(headline) if window == "whole" else None)
+        headline["duration_s"] = steady.span_s
+    whole = _bench_figures(m.whole) if m.whole else (dict(headline) if window == "whole" else None)
     if whole is not None and whole.get("duration_s") is None:
-        whole["duration_s"] = m.get("duration_s") if window == "whole" else None
+        whole["duration_s"] = m.duration_s if window == "whole" else None
     measured = [r for r in raw_rows or () if r.get("phase") == "measure" and r.get("status") == "ok"]
     if measured:
         prompts = _lengths(
@@ -247,33 +249,38 @@ def parse_bench(record: dict, raw_rows: Sequence[dict] | None = None) -> dict:
         )
         sent = _lengths([r.get("prompt_len") for r in measured])["prompt_tokens_mean"]
     else:
-        cats = record.get("categories") or []
+        cats = record.categories or []  # bench.measure.metrics.category_metrics' rows
         mean = cats[0].get("prompt_tokens_mean") if len(cats) == 1 else None
         prompts = {"prompt_tokens_mean": mean, "prompt_tokens_min": None, "prompt_tokens_max": None}
         sent = None
-    completed = m.get("completed")
-    out_tokens = m.get("output_tokens")
-    steady = m.get("steady") or {}
+    completed, out_tokens = m.completed, m.output_tokens
+    spec, served, cache = record.spec_decode or SpecDecode(), record.served or Served(), record.cache or Cache()
+    stalls = steady.stalls or Stalls()
+    step_p50 = m.step_ms.p50 if m.step_ms else None
     return {
-        "status": record.get("status"),
+        "status": record.status,
         "window": window,
-        "requests": m.get("requests"),
+        "requests": m.requests,
         "completed": completed,
-        "errors": m.get("errors"),
+        "errors": m.errors,
         **headline,
         "whole": whole,
-        "steady_fraction": steady.get("fraction_of_window"),
+        "steady_fraction": steady.fraction_of_window,
         "output_tokens_mean": out_tokens / completed if out_tokens is not None and completed else None,
         **prompts,
         "prompt_tokens_sent_mean": sent,
-        **rhythm({**m, "stalls": steady.get("stalls")} if window == "steady" else None),
-        "acceptance_length": (record.get("spec_decode") or {}).get("mean_acceptance_length"),
-        "server_tpot_mean_ms": (record.get("served") or {}).get("tpot_ms_vllm"),
-        "server_ttft_mean_ms": (record.get("served") or {}).get("ttft_ms_vllm"),
-        "prefix_cache_hit_rate": (record.get("cache") or {}).get("prefix_cache_hit_rate"),
-        "acceptance_steps": (record.get("spec_decode") or {}).get("num_drafts"),
-        "acceptance_per_position": (record.get("spec_decode") or {}).get("per_position_acceptance"),
-        "warmup_requests": (record.get("warmup") or {}).get("requests"),
+        **(
+            {"step_p50_ms": step_p50, "stall_share": stalls.share, "stall_p50_ms": stalls.p50_ms}
+            if window == "steady"
+            else rhythm(None)
+        ),
+        "acceptance_length": spec.mean_acceptance_length,
+        "server_tpot_mean_ms": served.tpot_ms_vllm,
+        "server_ttft_mean_ms": served.ttft_ms_vllm,
+        "prefix_cache_hit_rate": cache.prefix_cache_hit_rate,
+        "acceptance_steps": spec.num_drafts,
+        "acceptance_per_position": spec.per_position_acceptance,
+        "warmup_requests": record.warmup.requests if record.warmup else None,
     }
 
 
@@ -803,16 +810,16 @@ def run_logged(
 
 
 def read_bench_dir(root: Path) -> dict:
-    points = list(SweepStore(root).points().values())  # version-checked and validated, as every reader of records
+    points = list(SweepStore(root).records().values())  # version-checked and validated, as every reader of records
     if len(points) != 1:
         raise RuntimeError(f"{root}: expected one point record, found {len(points)}")
     record = points[0]
     rows = None
-    if record.get("raw") and (root / record["raw"]).exists():
+    if record.raw and (root / record.raw).exists():
         import pyarrow.parquet as pq
 
-        rows = pq.read_table(root / record["raw"]).to_pylist()
-    return {**parse_bench(record, rows), "point_id": record.get("point_id")}
+        rows = pq.read_table(root / record.raw).to_pylist()
+    return {**parse_bench(record, rows), "point_id": record.point_id}
 
 
 def rebuild(out: Path, tolerance: float = TOLERANCE) -> dict:

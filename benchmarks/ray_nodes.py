@@ -35,12 +35,12 @@ def sweep(out: Path, *extra: str) -> dict:
         env={**os.environ, **RAY_ENV},
     )
     wall = time.monotonic() - t0
-    points = list(SweepStore(out).points().values())
-    ready = sorted({round(p["server"]["ready_s"], 1) for p in points if p["status"] == "ok"})
+    points = list(SweepStore(out).records().values())
+    ready = sorted({round(p.server.ready_s, 1) for p in points if p.status == "ok" and p.server.ready_s is not None})
     return {
         "rc": proc.returncode,
         "wall_s": round(wall, 1),
-        "ok": sum(p["status"] == "ok" for p in points),
+        "ok": sum(p.status == "ok" for p in points),
         "ready_s": ready,
     }
 

@@ -9,27 +9,27 @@ points whose headline is steady, before -> after, sorted by the relative change.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from bench.measure.recompute import recompute
+from bench.results.records import Precision, Steady
+from bench.results.store import SweepStore
 
 
 def _headlines(root: Path) -> dict[str, dict]:
     out = {}
-    for path in sorted((root / "points").glob("*.json")):
-        r = json.loads(path.read_text())
-        m = r.get("metrics") or {}
-        if r.get("status") != "ok" or m.get("window") != "steady":
+    for point_id, r in SweepStore(root).records().items():  # version-checked and validated
+        m = r.metrics
+        if r.status != "ok" or m is None or m.window != "steady":
             continue
-        steady, precision = m.get("steady") or {}, m.get("precision") or {}
-        out[r["point_id"]] = {
-            "label": " ".join(str(v) for v in (r.get("label") or {}).values() if v),
-            "tok_s": m.get("output_throughput"),
-            "hw": precision.get("output_throughput_halfwidth"),
-            "cycles": steady.get("cycles"),
-            "short": steady.get("short"),
-            "unit": precision.get("unit"),
+        steady, precision = m.steady or Steady(), m.precision or Precision()
+        out[point_id] = {
+            "label": " ".join(str(v) for v in r.label.values() if v),
+            "tok_s": m.output_throughput,
+            "hw": precision.output_throughput_halfwidth,
+            "cycles": steady.cycles,
+            "short": steady.short,
+            "unit": precision.unit,
         }
     return out
 

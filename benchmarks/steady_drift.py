@@ -59,12 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", type=Path, help="a results directory (points/, raw/)")
     ap.add_argument("point", help="a point id (or prefix)")
     args = ap.parse_args(argv)
-    (record,) = [r for pid, r in SweepStore(args.results).points().items() if pid.startswith(args.point)]
-    import pyarrow.parquet as pq
-
-    rows = [r for r in pq.read_table(args.results / record["raw"]).to_pylist() if r["phase"] == "measure"]
-    rows = [r for r in rows if r["status"] == "ok"]
-    d = drift(rows, record["config"]["shape"]["concurrency"], record["metrics"]["step_ms"]["p50"])
+    store = SweepStore(args.results)
+    (record,) = [r for pid, r in store.records().items() if pid.startswith(args.point)]
+    shape, metrics = record.config.shape, record.metrics
+    if shape is None or metrics is None or metrics.step_ms is None or metrics.step_ms.p50 is None:
+        raise SystemExit(f"{record.point_id}: not a measured closed-loop point with a step p50")
+    rows = [r for r in store.raw(record.point_id) if r["phase"] == "measure" and r["status"] == "ok"]
+    d = drift(rows, shape.concurrency, metrics.step_ms.p50)
     table = [
         [
             f"{w['from_s']:.0f}-{w['to_s']:.0f}",

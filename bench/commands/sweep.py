@@ -28,6 +28,7 @@ from bench.engine.launch import describe_plan, prompt_ids, refused_commands
 from bench.engine.server import stop_leftover_servers
 from bench.load.prompts import new_salt
 from bench.results.environment import collect_environment
+from bench.results.records import PointRecord, new_point
 from bench.results.store import SweepStore
 from bench.run.executor import SweepContext, run_engine
 from bench.run.progress import Progress, base_record
@@ -232,7 +233,7 @@ def run_sweep(plan: Plan, out_dir: Path, options: SweepOptions | None = None) ->
     return store
 
 
-def _run_points(plan: Plan, store: SweepStore, existing: dict[str, dict], options: SweepOptions) -> None:
+def _run_points(plan: Plan, store: SweepStore, existing: dict[str, PointRecord], options: SweepOptions) -> None:
     deadline = None if options.time_budget_s is None else time.perf_counter() + options.time_budget_s
     groups = [(e, [p for p in pts if _needs_run(existing.get(p.id), options.rerun_failed)]) for e, pts in plan.groups]
     todo = [(e, pts) for e, pts in groups if pts]
@@ -243,7 +244,7 @@ def _run_points(plan: Plan, store: SweepStore, existing: dict[str, dict], option
     else:
         salt = _write_manifest(store, plan, options, resumed=resumed)
     for point in new_skips:
-        store.save_point({**base_record(point), "status": "skipped", "reason": point.skip_reason})
+        store.save_point(new_point({**base_record(point), "status": "skipped", "reason": point.skip_reason}))
     progress = Progress(sum(len(pts) for _, pts in todo), options.quiet)
     progress.say(
         f"sweep {plan.profile.name}: {progress.total} points to run on {len(todo)} servers, "
@@ -258,7 +259,7 @@ def _run_points(plan: Plan, store: SweepStore, existing: dict[str, dict], option
         capture=options.capture,
         salt=salt,
         deadline=deadline,
-        ready_s=[r["server"]["ready_s"] for r in existing.values() if (r.get("server") or {}).get("ready_s")],
+        ready_s=[r.server.ready_s for r in existing.values() if r.server.ready_s],
     )
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -374,22 +375,22 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _open_existing(store: SweepStore, plan: Plan, resume: bool) -> dict[str, dict]:
+def _open_existing(store: SweepStore, plan: Plan, resume: bool) -> dict[str, PointRecord]:
     if (store.root / "manifest.json").exists():
         if not resume:
             raise BenchError(f"{store.root} already holds a sweep: pass --resume to continue it, or another --out")
         old = store.manifest()
         if old["profile"]["name"] != plan.profile.name:
             raise BenchError(f"{store.root} holds sweep {old['profile']['name']!r}, not {plan.profile.name!r}")
-        return store.points()
+        return store.records()
     if resume:
         raise BenchError(f"--resume: {store.root} holds no sweep to resume")
     return {}
 
 
-def _needs_run(record: dict | None, rerun_failed: bool) -> bool:
+def _needs_run(record: PointRecord | None, rerun_failed: bool) -> bool:
     if record is None or is_cluster_outcome(record):  # the cluster, not the config, stopped it: run it again
         return True
-    if record["status"] == "skipped":
+    if record.status == "skipped":
         return False
-    return record["status"] != "ok" and rerun_failed
+    return record.status != "ok" and rerun_failed

@@ -32,6 +32,7 @@ from bench.distributed.ledger import LEDGER, read_ledger
 from bench.distributed.placement import NODE_LOST, Cluster, Placement, place, skip_reason
 from bench.distributed.worker import EngineJob, run_job
 from bench.measure.effective import clear_records
+from bench.results.records import new_point
 from bench.run.executor import SweepContext
 from bench.run.progress import PlainView, Tracker, base_record, make_view
 
@@ -167,9 +168,10 @@ class RayRunner:
     def _skip(self, engine: EngineConfig, points: list[Point], placement: Placement) -> None:
         for point in points:
             stored = self.ctx.store.point(point.id)
-            if stored is not None and stored[1].status == "failed":
+            if stored is not None and stored.status == "failed":
                 continue  # --rerun-failed on a cluster that cannot place it now: the failure stays on record
-            self.ctx.store.save_point({**base_record(point), "status": "skipped", "reason": skip_reason(placement)})
+            skipped = {**base_record(point), "status": "skipped", "reason": skip_reason(placement)}
+            self.ctx.store.save_point(new_point(skipped))
         self.tracker.total -= len(points)
         self.view.say(f"skipped {engine.id} [{engine.label()}]: {skip_reason(placement)}")
 
@@ -316,15 +318,17 @@ class RayRunner:
     def _fail(self, point: Point, reason: str, detail: str, job: _Job) -> None:
         store = self.ctx.store
         self.ctx.store.save_point(
-            {
-                **base_record(point),
-                "status": "failed",
-                "reason": reason,
-                "detail": detail,
-                "phase": "startup" if job.phase in ("queued", "loading", "capturing") else "load",
-                "finished": now(),
-                "server": {"log": str(store.log_path(point.engine.id).relative_to(store.root))},
-            }
+            new_point(
+                {
+                    **base_record(point),
+                    "status": "failed",
+                    "reason": reason,
+                    "detail": detail,
+                    "phase": "startup" if job.phase in ("queued", "loading", "capturing") else "load",
+                    "finished": now(),
+                    "server": {"log": str(store.log_path(point.engine.id).relative_to(store.root))},
+                }
+            )
         )
 
     def _append_log(self, job: _Job, text: str) -> None:

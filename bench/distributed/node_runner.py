@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TextIO
 from bench.config.plan import Point
 from bench.distributed.placement import JOB_FILE, NSYS_ON_NODE
 from bench.profiling.session import Capture, find_nsys
+from bench.results.records import PointRecord
 from bench.results.store import SweepStore
 from bench.run.executor import SweepContext, run_engine
 from bench.run.progress import Progress
@@ -61,9 +62,9 @@ class EventStore(SweepStore):
         super().__init__(root)
         self.out = out
 
-    def save_point(self, record: dict) -> None:
+    def save_point(self, record: PointRecord) -> None:
         super().save_point(record)
-        emit(self.out, {"event": "point", "point": record["point_id"], "status": record["status"]})
+        emit(self.out, {"event": "point", "point": record.point_id, "status": record.status})
 
 
 class EventCapture(Capture):

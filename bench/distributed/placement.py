@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from bench.config.plan import EngineConfig, Plan
+from bench.results.records import PointRecord
 
 GPU_RESOURCE = "GPU"
 SLOT_RESOURCE = "bench_gpu"  # on CPU clusters: `ray start --resources '{"bench_gpu": N}'`
@@ -117,13 +118,13 @@ def skip_reason(placement: Placement) -> str:
     return f"{CLUSTER_SKIP}{placement.problem}"
 
 
-def is_cluster_outcome(record: dict) -> bool:
+def is_cluster_outcome(record: PointRecord) -> bool:
     """A point the cluster stopped, not its configuration: skipped for want of cluster resources, or failed with
     its node lost. A later --resume runs it again (on a larger cluster, or with the node back)."""
-    reason = str(record.get("reason") or "")
-    if record.get("status") == "skipped":
+    reason = record.reason or ""
+    if record.status == "skipped":
         return reason.startswith(CLUSTER_SKIP)
-    return record.get("status") == "failed" and reason == NODE_LOST
+    return record.status == "failed" and reason == NODE_LOST
 
 
 def describe_placements(plan: Plan, cluster: Cluster) -> str:

@@ -61,10 +61,15 @@ def point_extras(records: dict[str, PointRecord]) -> pd.DataFrame:
                 "phase": p.phase,
                 "log": p.server.log,
                 "gpus": eng.tensor_parallel_size() * int(settings.get("pipeline_parallel_size") or 1),
-                "full_input_len": ((p.config.emulation or {}).get("full_shape") or {}).get("input_len"),
+                "full_input_len": _full_input_len(p),
             }
         )
     return pd.DataFrame(rows, columns=EXTRA_COLUMNS)
+
+
+def _full_input_len(p: PointRecord) -> int | None:
+    full = p.config.emulation.full_shape if p.config.emulation else None
+    return full.input_len if full else None
 
 
 def varied_axes(points: pd.DataFrame) -> list[str]:

@@ -120,7 +120,8 @@ def timelines(records: dict[str, PointRecord], raw: RawRows) -> pd.DataFrame:
             continue
         edges = np.linspace(0.0, duration, TIMELINE_BINS + 1)
         counts, _ = np.histogram(times - t0, bins=edges, weights=tokens)
-        concurrency = (records[pid].config.shape or {}).get("concurrency")
+        shape = records[pid].config.shape
+        concurrency = shape.concurrency if shape else None
         cycles: list[float] = []
         if span is not None and concurrency:
             ends = [r["end_time"] for r in run if r.get("end_time") is not None]

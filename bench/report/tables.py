@@ -18,6 +18,7 @@ from bench.results.records import (
     SpecDecode,
     Steady,
     Summary,
+    WorkloadRecord,
 )
 from bench.results.store import SweepStore
 
@@ -119,8 +120,9 @@ def point_row(p: PointRecord) -> dict:
     def pct(summary: Summary | None, q: str) -> float | None:
         return getattr(summary, q) if summary is not None else None
 
-    shape, workload = cfg.shape or {}, cfg.workload or {}  # a text point has no shape
-    arrival = workload.get("arrival") or {}
+    shape = cfg.shape  # a text point has none
+    sampling = cfg.workload.sampling if cfg.workload else None
+    arrival = cfg.workload.arrival if cfg.workload else None
 
     return {
         "point_id": p.point_id,
@@ -130,16 +132,16 @@ def point_row(p: PointRecord) -> dict:
         "draft_attention_backend": eng.draft_attention_backend,
         "draft_kv_cache_dtype": eng.draft_kv_cache_dtype,
         "dcp_size": eng.dcp_size,
-        "dcp_emulated": (cfg.emulation or {}).get("dcp_size"),
+        "dcp_emulated": cfg.emulation.dcp_size if cfg.emulation else None,
         # bench.config.plan.EngineConfig.dcp_loopback's rule: DCP N > 1 on TP 1
         "dcp_loopback": eng.dcp_size > 1 and eng.tensor_parallel_size() == 1,
         "num_speculative_tokens": eng.num_speculative_tokens,
         "server_axes": server_axes.label(sorted(eng.axes.items())) or None,
         "engine_base": eng.base_id(),
         **{axis_column(k): v for k, v in eng.axes.items()},
-        "concurrency": shape.get("concurrency", arrival.get("max_concurrency")),
-        "input_len": shape.get("input_len"),
-        "output_len": shape.get("output_len", (workload.get("sampling") or {}).get("max_tokens")),
+        "concurrency": shape.concurrency if shape else arrival.max_concurrency if arrival else None,
+        "input_len": shape.input_len if shape else None,
+        "output_len": shape.output_len if shape else sampling.max_tokens if sampling else None,
         "acceptance_mode": eng.acceptance["mode"],
         "window": m.window,  # records before the steady window: the whole window (bench.results.migrate)
         "output_throughput": m.output_throughput,
@@ -164,7 +166,7 @@ def point_row(p: PointRecord) -> dict:
         "request_throughput": m.request_throughput,
         "ttft_p50_ms": pct(m.ttft_ms, "p50"),
         # where the TTFT's window is not the headline's (bench.measure.metrics: a steady span into which no request was sent)
-        "ttft_window": ttft_window if (ttft_window := getattr(steady, "ttft_window", None)) != m.window else None,
+        "ttft_window": steady.ttft_window if steady.ttft_window != m.window else None,
         "ttft_p90_ms": pct(m.ttft_ms, "p90"),
         "ttft_p99_ms": pct(m.ttft_ms, "p99"),
         "tpot_p50_ms": pct(m.tpot_ms, "p50"),
@@ -191,11 +193,11 @@ def point_row(p: PointRecord) -> dict:
 
 
 def _workload_columns(p: PointRecord) -> dict:
-    w = p.workload or {}
+    w = p.workload or WorkloadRecord()
     return {
-        "workload": None if not p.config.workload else f"{w.get('id')} {w.get('sampling_label') or ''}".strip(),
+        "workload": None if not p.config.workload else f"{w.id} {w.sampling_label or ''}".strip(),
         "load": p.label.get("shape"),
-        "arrival": (w.get("arrival") or {}).get("label"),
+        "arrival": w.arrival.label if w.arrival else None,
         "categories": p.categories,
     }
 
@@ -249,19 +251,19 @@ def provenance(sweep_dir: Path) -> dict:
         "bench": f"{env['bench_version']} git {(env['suite_git'] or {}).get('sha') or '?'}"
         f"{' (dirty)' if (env['suite_git'] or {}).get('dirty') else ''}",
         "python": env["python"],
-        **({"sessions": sessions_line(m, SweepStore(sweep_dir).points())} if len(m.get("sessions") or []) > 1 else {}),
+        **({"sessions": sessions_line(m, SweepStore(sweep_dir).records())} if len(m.get("sessions") or []) > 1 else {}),
     }
 
 
-def sessions_line(manifest: dict, points: dict[str, dict]) -> str:
+def sessions_line(manifest: dict, points: dict[str, PointRecord]) -> str:
     """The sessions that measured this directory's points (a resume appends one), each with its time, the suite's
     commit, the driver and how many points it measured (a point belongs to the last session started before it)."""
     sessions = manifest["sessions"]
     starts = [s.get("time") or "" for s in sessions]
     counts = [0] * len(sessions)
     for record in points.values():
-        if record.get("status") in ("ok", "failed") and record.get("started"):
-            counts[max([0] + [i for i, t in enumerate(starts) if t and t <= record["started"]])] += 1
+        if record.status in ("ok", "failed") and record.started:
+            counts[max([0] + [i for i, t in enumerate(starts) if t and t <= record.started])] += 1
     parts = []
     for s, n in zip(sessions, counts, strict=True):
         sha = (s.get("suite_git") or {}).get("sha") or "?"

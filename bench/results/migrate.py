@@ -94,6 +94,6 @@ def migrate(root: Path) -> list[dict]:
         atomic_write_json(path, manifest)
     (
         store.manifest(),
-        store.points(),
+        store.records(),
     )  # the upgraded records against their models (bench.results.records): file and field
     return taken

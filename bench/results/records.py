@@ -4,7 +4,13 @@ bench.profiling.effective_record). bench.results.store reads and writes every po
 models, so a record that does not match its schema is refused with the file and the field named, at write time
 (a bug in the bench) and at read time (a hand-edited or foreign file), never deep inside a report.
 
-Versioned: a point record and a manifest carry bench.results.store.SCHEMA_VERSION (what changed from one version to the
+Point records are objects end to end: a writer that builds one as a dict (the executor, a skipped or failed point)
+turns it into a PointRecord once, with `new_point`; SweepStore.save_point takes a PointRecord and SweepStore.point /
+.records return them, and code outside bench.results reads attributes, never a record's keys (tests/unit/
+test_record_access.py enforces it). A record is written as `dump_point` gives it: the fields it was built or read
+with, extra ones included, so reading and saving it again keeps what it held.
+
+Versioned: a point record and a manifest carry SCHEMA_VERSION (what changed from one version to the
 next, and the step that upgrades an older directory: bench/results/migrate.py); an engine record carries its own
 `record_version`. The fields the bench reads are typed; a record may hold more (a marker a migration or an
 example's provenance note added, a section a later minor change wrote): those are kept as they are and read by
@@ -16,6 +22,7 @@ here with its type (optional, with a default, when older records lack it), and r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -23,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from bench.core.errors import BenchError
 from bench.core.ids import stable_id
+
+SCHEMA_VERSION = 2  # what changed from 1: bench/results/migrate.py
 
 
 class Open(BaseModel):
@@ -55,6 +64,13 @@ class Precision(Open):
     between_block_cv: float | None = None  # blocks (trials, each at its own phase) about the headline
 
 
+class Stalls(Open):
+    """bench.measure.window: gaps of no token for any request, longer than a multiple of the step p50."""
+
+    share: float | None = None
+    p50_ms: float | None = None
+
+
 class Steady(Open):
     """bench.measure.window.steady_span: the span in which all C requests were in flight."""
 
@@ -72,6 +88,8 @@ class Steady(Open):
     cycle_s: float | None = None
     cycle_tokens: int | None = None
     span_throughput: float | None = None
+    stalls: Stalls | None = None
+    ttft_window: str | None = None  # where the TTFT's window is not the headline's (no request sent into the span)
 
 
 class WindowFigures(Open):
@@ -191,9 +209,19 @@ class Event(Open):
     kind: str
 
 
+class TrialLoad(Open):
+    """How a trial's load ran (bench.run.trial): its kind ("closed-loop", "conversations", ...) and, for a closed
+    loop, the requests in flight."""
+
+    kind: str | None = None
+    concurrency: int | None = None
+
+
 class Trial(Open):
+    trial: int | None = None
     metrics: Metrics
     spec_decode: SpecDecode | None = None
+    load: TrialLoad | None = None
 
 
 class EngineSettings(Open):
@@ -219,13 +247,85 @@ class EngineSettings(Open):
         return int({**self.server, **self.axes}.get("tensor_parallel_size", 1))
 
 
+class ShapeConfig(Open):
+    """bench.config.profile.Shape: a batch shape of random prompts."""
+
+    concurrency: int
+    input_len: int
+    output_len: int
+
+
+class ArrivalConfig(Open):
+    """bench.workloads.arrival.Arrival as a point's config holds it."""
+
+    request_rate: float | None = None
+    burstiness: float | None = None
+    ramp_up: dict[str, Any] | None = None
+    max_concurrency: int | None = None
+
+
+class SamplingConfig(Open):
+    """bench.workloads.point.Sampling as a point's config holds it."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    ignore_eos: bool = False
+
+
+class WorkloadConfig(Open):
+    """bench.workloads.point.Workload.to_dict (absent for the default workload): the arrival, and for a text
+    workload its dataset's source table, sampling and chat template arguments."""
+
+    arrival: ArrivalConfig | None = None
+    dataset: dict[str, Any] | None = None
+    sampling: SamplingConfig | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+class EmulationConfig(Open):
+    """An emulated DCP rank's config (records from before the emulation was removed, bench.models.dcp_emulation):
+    the deployment's DCP size and its full shape."""
+
+    dcp_size: int | None = None
+    full_shape: ShapeConfig | None = None
+
+
 class PointConfig(Open):
     """bench.config.plan.Point.to_dict: the engine, and the shape (random prompts) or the workload (text)."""
 
     engine: EngineSettings
-    shape: dict[str, Any] | None = None
-    workload: dict[str, Any] | None = None
-    emulation: dict[str, Any] | None = None
+    shape: ShapeConfig | None = None
+    workload: WorkloadConfig | None = None
+    emulation: EmulationConfig | None = None
+    num_prompts: int | None = None
+    warmup_prompts: int | None = None
+    seed: int | None = None
+
+
+class WorkloadArrival(Open):
+    label: str | None = None
+    vllm_bench_serve_args: list[str] | None = None
+
+
+class WorkloadRecord(Open):
+    """What a measured point's workload asked for (bench.run.executor._workload_record: bench.workloads.point.Workload.
+    describe, its label, and the dataset's provenance for a text workload)."""
+
+    id: str | None = None
+    kind: str | None = None
+    label: str | None = None
+    arrival: WorkloadArrival | None = None
+    sampling_label: str | None = None
+
+
+class Warmup(Open):
+    """The warm-up before the first trial: its requests and their whole-window tok/s."""
+
+    requests: int | None = None
+    concurrency: int | None = None
+    output_throughput: float | None = None
 
 
 class ServerInfo(Open):
@@ -261,10 +361,13 @@ class PointRecord(Open):
     flags: list[Any] = []
     effective: Effective | None = None
     mismatch: list[str] = []
-    workload: dict[str, Any] | None = None
+    workload: WorkloadRecord | None = None
     categories: list[dict[str, Any]] | None = None  # bench.measure.metrics.category_metrics
     phase: str | None = None
     raw: str | None = None
+    warmup: Warmup | None = None
+    recomputed: dict[str, Any] | None = None  # when and by which bench (bench report --recompute)
+    reason_recorded: str | None = None  # a failed point's reason before --recompute classified it again
 
     @model_validator(mode="after")
     def _measured(self) -> PointRecord:
@@ -273,6 +376,19 @@ class PointRecord(Open):
         if self.status != "ok" and not self.reason:
             raise ValueError(f"a {self.status} point says why (reason)")
         return self
+
+
+def new_point(data: Mapping[str, Any]) -> PointRecord:
+    """A point record built as a dict (the executor's measured point, a failed or skipped one) as its model, with
+    SCHEMA_VERSION: the one way from a dict to a record outside bench.results. A BenchError naming the point and the
+    fields when it does not match (a bug in the bench)."""
+    return parse(PointRecord, {"schema_version": SCHEMA_VERSION, **data}, f"point {data.get('point_id')}")
+
+
+def dump_point(record: PointRecord) -> dict[str, Any]:
+    """What a point record's file holds: the fields it was built or read with (a default it never had is not
+    added), extra ones included. A float field read as an int is written as a float."""
+    return record.model_dump(mode="json", exclude_unset=True, fallback=str)
 
 
 class Environment(Open):

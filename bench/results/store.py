@@ -11,9 +11,10 @@ import pyarrow.parquet as pq
 
 from bench.core.errors import BenchError
 from bench.core.files import atomic_write_bytes, atomic_write_json
-from bench.results.records import Manifest, PointRecord, parse
+from bench.results.records import SCHEMA_VERSION, Manifest, PointRecord, dump_point, parse
 
-SCHEMA_VERSION = 2  # what changed from 1: bench/results/migrate.py
+__all__ = ["MANIFEST", "RAW_SCHEMA", "SCHEMA_VERSION", "SweepStore", "check_version"]
+
 MANIFEST = "manifest.json"
 
 
@@ -37,9 +38,17 @@ class SweepStore:
         parse(Manifest, data, self.root / MANIFEST)
         atomic_write_json(self.root / MANIFEST, data)
 
-    def save_point(self, record: dict) -> None:
-        data = {"schema_version": SCHEMA_VERSION, **record}
-        path = self.point_path(record["point_id"])
+    def save_point(self, record: PointRecord) -> None:
+        """Write `record` (bench.results.records.new_point makes one from a dict) as dump_point gives it. Checked
+        again first: an attribute assigned after the record was made (bench.measure.recompute) is not validated."""
+        if not isinstance(record, PointRecord):
+            raise TypeError(
+                f"save_point takes a PointRecord (bench.results.records.new_point), not {type(record).__name__}"
+            )
+        path = self.point_path(record.point_id)
+        if record.schema_version != SCHEMA_VERSION:
+            raise BenchError(f"{path}: this bench writes schema version {SCHEMA_VERSION}, not {record.schema_version}")
+        data = dump_point(record)
         parse(PointRecord, data, path)
         atomic_write_json(path, data)
 
@@ -59,25 +68,18 @@ class SweepStore:
         return data
 
     @staticmethod
-    def _read_point(path: Path) -> tuple[dict, PointRecord]:
-        data = check_version(_read_json(path), path)
-        return data, parse(PointRecord, data, path)
+    def _read_point(path: Path) -> PointRecord:
+        return parse(PointRecord, check_version(_read_json(path), path), path)
 
-    def _point_files(self) -> list[tuple[dict, PointRecord]]:
-        return [self._read_point(path) for path in sorted((self.root / "points").glob("*.json"))]
-
-    def point(self, point_id: str) -> tuple[dict, PointRecord] | None:
-        """One point's record as stored and typed (version-checked, validated); None when it has none yet."""
+    def point(self, point_id: str) -> PointRecord | None:
+        """One point's record (version-checked, validated); None when it has none yet."""
         path = self.point_path(point_id)
         return self._read_point(path) if path.exists() else None
 
-    def points(self) -> dict[str, dict]:
-        """{point id: record as stored} (validated), for code that passes records on whole."""
-        return {record.point_id: data for data, record in self._point_files()}
-
     def records(self) -> dict[str, PointRecord]:
-        """{point id: typed record}: what analysis reads fields from."""
-        return {record.point_id: record for _, record in self._point_files()}
+        """{point id: record} (version-checked, validated), in point-id order: the one reader of point records."""
+        records = [self._read_point(path) for path in sorted((self.root / "points").glob("*.json"))]
+        return {record.point_id: record for record in records}
 
     def raw(self, point_id: str) -> list[dict]:
         path = self.raw_path(point_id)

@@ -27,6 +27,7 @@ from bench.engine.server import Server, ServerFailed
 from bench.load import http_client
 from bench.measure import metrics as M
 from bench.measure.effective import clear_records, load_records, mismatches, read_effective, record_env
+from bench.results.records import Metrics, PointRecord, SpecDecode, new_point
 from bench.results.store import SweepStore
 from bench.run.progress import Progress, base_record
 from bench.run.trial import PointAborted, Serving, Trial, TrialContext, closed_loop_concurrency, measured_trial
@@ -193,25 +194,25 @@ def _run_point(ctx: SweepContext, running: RunningEngine, point: Point) -> None:
         rows += trial.rows
         trials.append(trial)
     ctx.store.save_raw(point.id, rows)
-    record = point_record(ctx, running, point, rows, trials)
-    ctx.store.save_point({**record, "started": started})
-    m, spec = record["metrics"], record["spec_decode"]
-    precision = (m.get("precision") or {}).get("output_throughput_halfwidth")
+    record = point_record(ctx, running, point, rows, trials, started)
+    ctx.store.save_point(record)
+    m, spec = record.metrics or Metrics(), record.spec_decode or SpecDecode()
+    precision = m.precision.output_throughput_halfwidth if m.precision else None
     ctx.progress.finished(
         point,
-        record["status"],
-        f"{m['output_throughput'] or 0:.1f} tok/s ({m['window']}"
+        record.status,
+        f"{m.output_throughput or 0:.1f} tok/s ({m.window}"
         + (f", +-{precision:.1%}" if precision is not None else "")
-        + f"), acceptance {fmt(spec['acceptance_rate'], '.3f', missing='n/a')}, "
-        f"mean length {fmt(spec['mean_acceptance_length'], '.3f', missing='n/a')}"
+        + f"), acceptance {fmt(spec.acceptance_rate, '.3f', missing='n/a')}, "
+        f"mean length {fmt(spec.mean_acceptance_length, '.3f', missing='n/a')}"
         + (f", {len(trials)} trials" if len(trials) > 1 else "")
-        + (f", FLAGGED: {'; '.join(record['flags'])}" if record["flags"] else ""),
+        + (f", FLAGGED: {'; '.join(record.flags)}" if record.flags else ""),
     )
 
 
 def point_record(
-    ctx: SweepContext, running: RunningEngine, point: Point, rows: list[dict], trials: list[Trial]
-) -> dict:
+    ctx: SweepContext, running: RunningEngine, point: Point, rows: list[dict], trials: list[Trial], started: str
+) -> PointRecord:
     """A measured point's record: the headline metrics (steady window for a closed loop), per trial what its load
     and window were, the cache counters, contamination, and flags for what the workload did not ask for."""
     concurrency = closed_loop_concurrency(point)
@@ -223,9 +224,10 @@ def point_record(
     served = M.served_total(checks)
     flags = _flags(ctx.plan.profile.run, point, cache, served, trials)
     status = "ok" if summary["completed"] == summary["requests"] else "failed"
-    return {
+    record = {
         **base_record(point),
         "status": status,
+        "started": started,
         "reason": None if status == "ok" else "request-errors",
         "detail": None if status == "ok" else "; ".join(summary["error_samples"]),
         "finished": now(),
@@ -247,6 +249,7 @@ def point_record(
         "server": running.info,
         "raw": str(ctx.store.raw_path(point.id).relative_to(ctx.store.root)),
     }
+    return new_point(record)
 
 
 def _trial_record(t: Trial, concurrency: int | None, served_check: dict) -> dict:
@@ -373,5 +376,5 @@ def _fail(
     if raw is not None and raw.exists():
         record["raw"] = str(raw.relative_to(store.root))
     record.update(seen or {})
-    store.save_point(record)
+    store.save_point(new_point(record))
     ctx.progress.finished(point, "FAILED", f"{reason}: {detail[:200]}")

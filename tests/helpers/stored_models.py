@@ -30,5 +30,5 @@ def write_tiny_gpu_configs(root: Path, engine_ids) -> None:
 def with_stored_models(example: Path, dest: Path) -> Path:
     """`example` copied to `dest` (without its report) plus the tiny GPU configs for every engine config."""
     shutil.copytree(example, dest, ignore=shutil.ignore_patterns("report"))
-    write_tiny_gpu_configs(dest, {p["engine_id"] for p in SweepStore(dest).points().values()})
+    write_tiny_gpu_configs(dest, {p.engine_id for p in SweepStore(dest).records().values()})
     return dest

@@ -21,6 +21,7 @@ from bench.config.plan import plan_sweep
 from bench.patching import locate_vllm
 from bench.results.store import SweepStore
 from tests.conftest import processes_using
+from tests.helpers.stored_records import stored_records
 
 pytestmark = pytest.mark.slow
 PROFILE = Path(__file__).resolve().parents[1] / "data" / "e2e-cpu.toml"
@@ -80,12 +81,12 @@ def test_a_killed_driver_leaves_no_server_and_resume_completes(vllm_cpu, tmp_pat
         driver.communicate()
     log = SweepStore(out).log_path(engine.id)
     assert "bench guard: driver gone" in log.read_text()
-    assert not SweepStore(out).points(), "the killed point has no record"
+    assert not stored_records(SweepStore(out)), "the killed point has no record"
 
     rc, text = finish(bench(*args, "--resume"))
     assert rc == 0, text[-3000:]
     store = SweepStore(out)
-    records = store.points()
+    records = stored_records(store)
     assert sorted(records) == sorted(ids) and {r["status"] for r in records.values()} == {"ok"}
     for record in records.values():
         m = record["metrics"]
@@ -112,7 +113,7 @@ def test_profile_of_a_point_whose_server_refuses_to_start_exits_3(vllm_cpu, tmp_
     out = tmp_path / "profile"
     rc, text = finish(bench("profile", str(profile), "--no-nsys", "--out", str(out), "--quiet"), 600)
     assert rc == 3, text[-3000:]
-    (record,) = SweepStore(out).points().values()
+    (record,) = stored_records(SweepStore(out)).values()
     assert record["status"] == "failed" and record["phase"] == "startup"
     assert f"error: point {record['point_id']} failed ({record['reason']}" in text
     assert "capture failed" not in text  # the empty capture of a server that never served is not the news

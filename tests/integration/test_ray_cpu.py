@@ -24,6 +24,7 @@ import pytest
 from bench.results.store import SweepStore
 from tests.conftest import processes_using
 from tests.helpers.ray_cluster import RAY_ENV, start_cluster, stop_cluster
+from tests.helpers.stored_records import stored_records
 from tests.helpers.streamed import stream
 from tests.integration.test_sweep_cpu import PROFILE, patched_vllm  # noqa: F401 - a fixture
 
@@ -96,7 +97,7 @@ def faulted(cluster):
         time.sleep(1)
     seen["left_after_driver_kill"] = server_pids(tmp)
     seen["left_on_lost_node"] = processes_using(tmp / "worker")
-    seen["after_kill"] = SweepStore(out).points()
+    seen["after_kill"] = stored_records(SweepStore(out))
     seen["ledger_after_kill"] = json.loads((out / "cluster.json").read_text())
     rc2, lines2, _ = bench("sweep", str(PROFILE), *REPEAT, "--ray", address, "--out", str(out), "--resume")
     return out, (rc, lines), (rc2, lines2), seen
@@ -129,7 +130,7 @@ def test_resume_finishes_and_layout_is_a_local_sweeps(faulted, cluster):
     out, _, (rc2, lines2), _ = faulted
     assert rc2 == 0, "\n".join(lines2[-40:])
     assert any("1 points to run on 1 servers" in line for line in lines2), "\n".join(lines2[-40:])
-    points = SweepStore(out).points()
+    points = stored_records(SweepStore(out))
     assert sorted(p["status"] for p in points.values()) == ["ok"] * 4 + ["skipped"] * 4
     runs = json.loads((out / "cluster.json").read_text())["runs"]
     assert len(runs) == 2 and [n["name"] for n in runs[1]["nodes"]] == ["head"]  # the worker node stays lost
@@ -148,7 +149,7 @@ def test_resume_finishes_and_layout_is_a_local_sweeps(faulted, cluster):
     one = next(p for p in points.values() if p["status"] == "ok")
     rc, lines, _ = bench("sweep", str(PROFILE), *REPEAT, "--out", str(local), "--points", one["point_id"])
     assert rc == 0, "\n".join(lines[-30:])
-    reference = SweepStore(local).points()[one["point_id"]]
+    reference = stored_records(SweepStore(local))[one["point_id"]]
     assert _shape(reference) == _shape(points[one["point_id"]])
     assert pq.read_schema(local / reference["raw"]) == pq.read_schema(out / one["raw"])
     assert _layout(local) - {"run"} == _layout(out) - {"cluster.json"}

@@ -17,6 +17,7 @@ import pytest
 from bench.patching import apply_series, locate_vllm
 from bench.results.store import SweepStore
 from tests.conftest import processes_using
+from tests.helpers.stored_records import stored_records
 from tests.helpers.streamed import stream
 
 pytestmark = pytest.mark.slow
@@ -80,7 +81,7 @@ def test_crash_and_hang_are_failed_with_reasons(faulted_sweep):
     out, rc, lines, faults, _ = faulted_sweep
     assert rc == 3, "\n".join(lines[-30:])  # some points failed
     assert len(faults["pids"]) == 2
-    points = SweepStore(out).points()
+    points = stored_records(SweepStore(out))
     by_k = {}
     for p in points.values():
         by_k.setdefault(
@@ -102,7 +103,7 @@ def test_resume_reruns_failed_points_to_completion(faulted_sweep):
     rc, lines = run_sweep_cli(out, "--resume", "--rerun-failed")
     assert rc == 0, "\n".join(lines[-30:])
     store = SweepStore(out)
-    points = store.points()
+    points = stored_records(store)
     ok = [p for p in points.values() if p["status"] == "ok"]
     assert len(ok) == 4 and len(points) == 8
     for p in ok:

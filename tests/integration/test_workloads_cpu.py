@@ -33,6 +33,7 @@ from bench.patching import apply_series, locate_vllm
 from bench.results.store import SweepStore
 from bench.verdicts.compare import compare_dirs
 from bench.workloads import load_dataset, parse_source
+from tests.helpers.stored_records import stored_records
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -67,7 +68,7 @@ def loaded(server, tmp_path_factory):
 
 
 def by_label(store: SweepStore) -> dict[str, dict]:
-    return {p["label"]["shape"]: p for p in store.points().values()}
+    return {p["label"]["shape"]: p for p in stored_records(store).values()}
 
 
 def test_every_workload_runs_with_per_category_rows(loaded):
@@ -106,7 +107,7 @@ def test_every_text_trial_starts_with_an_empty_prefix_cache(loaded, server):
     """Each text trial POSTs vLLM's /reset_prefix_cache first (a dataset smaller than what one server is sent comes
     round again, and would hit what an earlier point left): every text trial records it done, and vLLM logged one
     reset per text trial."""
-    text = [p for p in loaded.points().values() if p["workload"].get("kind") == "text"]
+    text = [p for p in stored_records(loaded).values() if p["workload"].get("kind") == "text"]
     trials = [t for p in text for t in p["trials"]]
     assert trials and all(t["load"]["prefix_cache_reset"] is True for t in trials)
     attempts = sum(1 + len(t.get("discarded") or []) for t in trials)  # a re-measured window resets again
@@ -171,9 +172,9 @@ ADDED_SINCE = {
 
 def test_records_match_the_committed_sweep(loaded):
     example, ours = SweepStore(EXAMPLE), loaded
-    assert set(example.points()) == set(ours.points())
-    for pid, theirs in example.points().items():
-        mine = ours.points()[pid]
+    assert set(stored_records(example)) == set(stored_records(ours))
+    for pid, theirs in stored_records(example).items():
+        mine = stored_records(ours)[pid]
         # keys a point record gained after the example was made: `warmup` (the warm-up waves, bench.waves)
         assert set(theirs) <= set(mine) and set(mine) - set(theirs) <= ADDED_SINCE, set(mine) ^ set(theirs)
         assert mine["config"] == theirs["config"] and mine["label"] == theirs["label"]
@@ -201,4 +202,4 @@ def test_records_match_the_committed_sweep(loaded):
     result = compare_dirs(EXAMPLE, ours.root, across_methods=True)
     assert {"stagger", "warmup_waves"} <= set(result["method_differences"].key)
     table = result["table"]
-    assert len(table) == 4 * 6 and set(table.point_id) == set(example.points())
+    assert len(table) == 4 * 6 and set(table.point_id) == set(stored_records(example))

@@ -10,6 +10,7 @@ from scipy.stats import mannwhitneyu
 from bench.cli import main
 from bench.config.run_options import Run
 from bench.core.errors import BenchError, ExitCode
+from bench.results.records import new_point
 from bench.results.store import SweepStore
 from bench.verdicts.compare import compare_dirs, compare_markdown, outcome, regressions
 from bench.verdicts.stats import (
@@ -35,15 +36,17 @@ def write_start(
     store.write_manifest({"created": "t", "profile": profile, "plan": [], "counts": {}, "environment": {}})
     if status != "ok":
         store.save_point(
-            {
-                "point_id": point_id,
-                "engine_id": "e",
-                "status": status,
-                "config": {"engine": {}},
-                "label": LABEL,
-                "reason": "engine-dead" if status == "failed" else None,
-                "detail": "EngineCore died",
-            }
+            new_point(
+                {
+                    "point_id": point_id,
+                    "engine_id": "e",
+                    "status": status,
+                    "config": {"engine": {}},
+                    "label": LABEL,
+                    "reason": "engine-dead" if status == "failed" else None,
+                    "detail": "EngineCore died",
+                }
+            )
         )
         return root
     rows, trials = [], []
@@ -77,16 +80,18 @@ def write_start(
         )
     store.save_raw(point_id, rows)
     store.save_point(
-        {
-            "point_id": point_id,
-            "engine_id": "e",
-            "status": "ok",
-            "config": {"engine": {}, "shape": {}},
-            "label": LABEL,
-            "metrics": {"window": window},
-            "spec_decode": {},
-            "trials": trials,
-        }
+        new_point(
+            {
+                "point_id": point_id,
+                "engine_id": "e",
+                "status": "ok",
+                "config": {"engine": {}},
+                "label": LABEL,
+                "metrics": {"window": window},
+                "spec_decode": {},
+                "trials": trials,
+            }
+        )
     )
     return root
 

@@ -90,6 +90,13 @@ BENCH_STEADY = {
 }
 
 
+def point(record: dict):
+    """A cut-down record as the PointRecord the store hands out (the parts the cross-check does not read: STORED)."""
+    from bench.results.records import new_point
+
+    return new_point({**STORED, **record, "schema_version": 2})
+
+
 def raw_row(phase, prompt_len=64, prompt_tokens=64, status="ok"):
     return {"phase": phase, "status": status, "prompt_len": prompt_len, "prompt_tokens": prompt_tokens}
 
@@ -121,7 +128,7 @@ VLLM_RESULT = {
 
 def test_bench_record_steady_headline_and_whole(xc):
     rows = [raw_row("warmup", 64, 64)] + [raw_row("measure", 64, 64) for _ in range(3)] + [raw_row("measure", 64, 65)]
-    fig = xc.parse_bench(BENCH_STEADY, rows)
+    fig = xc.parse_bench(point(BENCH_STEADY), rows)
     assert fig["window"] == "steady"
     assert (fig["output_tok_s"], fig["tpot_mean_ms"], fig["tpot_p50_ms"], fig["ttft_mean_ms"]) == (
         213.8,
@@ -144,7 +151,7 @@ def test_bench_record_steady_headline_and_whole(xc):
     assert fig["acceptance_length"] == 4.0 and fig["warmup_requests"] == 4
     assert fig["prefix_cache_hit_rate"] is None  # a record without its window's cache counters
     flagged = BENCH_STEADY | {"cache": {"prefix_cache_hit_rate": 0.0234375}}  # the H100 cross-check's bench-2
-    assert xc.parse_bench(flagged)["prefix_cache_hit_rate"] == 0.0234375
+    assert xc.parse_bench(point(flagged))["prefix_cache_hit_rate"] == 0.0234375
 
 
 def test_bench_record_without_window_label_is_whole(xc):
@@ -152,7 +159,7 @@ def test_bench_record_without_window_label_is_whole(xc):
     Without raw rows the prompt length is the one category's mean."""
     m = {k: v for k, v in BENCH_STEADY["metrics"].items() if k not in ("window", "whole", "steady", "step_ms")}
     record = {**BENCH_STEADY, "metrics": m, "warmup": None}
-    fig = xc.parse_bench(record)
+    fig = xc.parse_bench(point(record))
     assert fig["window"] == "whole"
     assert fig["duration_s"] == 2.44
     assert fig["whole"] == {k: fig[k] for k in ("output_tok_s", "tpot_mean_ms", "tpot_p50_ms", "ttft_mean_ms")} | {
@@ -175,7 +182,7 @@ def test_vllm_result(xc):
     assert (fig["prompt_tokens_mean"], fig["prompt_tokens_min"], fig["prompt_tokens_max"]) == (64.5, 64, 66)
     assert fig["output_tokens_mean"] == 32 and fig["acceptance_length"] == 4.0
     # the same field names as bench's
-    assert set(fig) == set(xc.parse_bench(BENCH_STEADY))
+    assert set(fig) == set(xc.parse_bench(point(BENCH_STEADY)))
 
 
 def test_vllm_result_without_detail(xc):
@@ -190,7 +197,7 @@ def rounds_of(xc, pairs):
     """Rounds from (bench tok/s, vllm tok/s) pairs, other figures fixed."""
     out = []
     for i, (b, v) in enumerate(pairs, 1):
-        bench = xc.parse_bench(BENCH_STEADY) | {"output_tok_s": b}
+        bench = xc.parse_bench(point(BENCH_STEADY)) | {"output_tok_s": b}
         vllm = xc.parse_vllm(VLLM_RESULT) | {"output_tok_s": v}
         out.append({"round": i, "order": list(xc.order(i)), "bench": bench, "vllm": vllm})
     return out
@@ -528,7 +535,7 @@ def test_run_logged_calls_back_at_the_marker_line_while_the_child_runs(xc, tmp_p
 
 def test_bench_side_vllm_timing_comes_from_its_record(xc):
     served = {"tpot_ms_vllm": 15.7, "ttft_ms_vllm": 118.0, "tpot_ms_client": 15.69}
-    fig = xc.parse_bench(BENCH_STEADY | {"served": served})
+    fig = xc.parse_bench(point(BENCH_STEADY | {"served": served}))
     assert (fig["server_tpot_mean_ms"], fig["server_ttft_mean_ms"]) == (15.7, 118.0)
     assert xc.parse_vllm(VLLM_RESULT)["server_tpot_mean_ms"] is None  # counted during the run, not in its JSON
 
@@ -538,10 +545,10 @@ def test_server_rhythm_from_each_clients_token_times(xc):
     record = BENCH_STEADY | {
         "metrics": BENCH_STEADY["metrics"] | {"steady": {"stalls": {"share": 0.4, "p50_ms": 150.0}}}
     }
-    fig = xc.parse_bench(record)
+    fig = xc.parse_bench(point(record))
     assert (fig["step_p50_ms"], fig["stall_share"], fig["stall_p50_ms"]) == (61.0, 0.4, 150.0)
     whole = BENCH_STEADY | {"metrics": BENCH_STEADY["metrics"] | {"window": "whole"}}
-    assert xc.parse_bench(whole)["step_p50_ms"] is None  # no steady span: no rhythm
+    assert xc.parse_bench(point(whole))["step_p50_ms"] is None  # no steady span: no rhythm
     # vLLM's client: its per-request times through bench.measure.window. Two users, 10 ms steps, both paused for 200 ms
     # at once (a prefill stalling the batch), the third request sent as the first ends
     itls = [0.01] * 10 + [0.2] + [0.01] * 10

@@ -102,8 +102,14 @@ def test_described_cluster_and_dry_run_text():
     ],
 )
 def test_resume_runs_again_what_the_cluster_stopped(record, runs_again):
-    assert _needs_run(record, rerun_failed=False) is runs_again
-    assert is_cluster_outcome(record or {}) is (runs_again and record is not None)
+    from bench.results.records import new_point
+
+    typed = None
+    if record is not None:
+        base = {"point_id": "p", "engine_id": "e", "config": {"engine": {}}}
+        typed = new_point({**base, **record, **({"metrics": {}} if record["status"] == "ok" else {})})
+    assert _needs_run(typed, rerun_failed=False) is runs_again
+    assert typed is None or is_cluster_outcome(typed) is runs_again
 
 
 class Clock:

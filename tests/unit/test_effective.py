@@ -427,10 +427,13 @@ def sweep_with_record(tmp_path, monkeypatch, rec: dict) -> Path:
 
 def test_executor_stores_the_record_per_point_and_the_report_shows_it(tmp_path, monkeypatch):
     out = sweep_with_record(tmp_path, monkeypatch, record())
-    (point,) = SweepStore(out).points().values()
-    eff = point["effective"]
-    assert eff["source"] == "engine record" and eff["draft"]["backend"] == "CPU_MLA" and point["mismatch"] == []
-    assert eff["records"] == [f"effective/{point['engine_id']}/effective-rank0-pid1.json"]  # the stale one is gone
+    (point,) = SweepStore(out).records().values()
+    eff = point.effective
+    assert eff is not None and eff.draft is not None
+    assert eff.source == "engine record" and eff.draft.backend == "CPU_MLA" and point.mismatch == []
+    assert eff.model_extra["records"] == [
+        f"effective/{point.engine_id}/effective-rank0-pid1.json"
+    ]  # the stale one is gone
     row = A.effective_table(SweepStore(out).records()).iloc[0]
     assert (row.draft_backend_asked, row.draft_backend_ran, row.draft_kv_ran) == (
         "CPU_MLA",
@@ -511,11 +514,11 @@ def test_a_server_that_dies_starting_still_says_which_backend_its_draft_selected
     }
     plan = make_plan(parse_profile(profile, "gpu", "record.toml"), Machine("gpu", gpus=1, arch="sm90"))
     run_sweep(plan, tmp_path / "out", SweepOptions(quiet=True))
-    (point,) = SweepStore(tmp_path / "out").points().values()
-    assert point["status"] == "failed" and point["reason"] == "kernel-dtype-unsupported"
-    assert point["effective"]["source"] == "server log"
-    assert point["effective"]["draft_attention_backend"] == "FLASHMLA"
-    (flag,) = [f for f in point["mismatch"] if f.startswith("draft_attention_backend")]
+    (point,) = SweepStore(tmp_path / "out").records().values()
+    assert point.status == "failed" and point.reason == "kernel-dtype-unsupported"
+    assert point.effective is not None and point.effective.source == "server log"
+    assert point.effective.draft_attention_backend == "FLASHMLA"
+    (flag,) = [f for f in point.mismatch if f.startswith("draft_attention_backend")]
     assert "asked TRITON_MLA" in flag and "selecting FLASHMLA" in flag
     from bench.report.build import build_report
 

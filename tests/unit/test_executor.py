@@ -12,6 +12,7 @@ from bench.config.profile import parse_profile
 from bench.core.hardware import Machine
 from bench.engine.server import ServerFailed, ServerSpec
 from bench.load.loadgen import LoadAborted
+from bench.results.records import Metrics, dump_point
 from bench.results.store import SweepStore
 from bench.run import executor, trial
 from tests.helpers.scripted_load import fake_closed_loop
@@ -80,8 +81,10 @@ def scripted(monkeypatch, tmp_path):
     plan = make_plan(parse_profile(PROFILE, "cpu", "scripted.toml"), Machine("cpu"))
 
     def run(**options) -> dict[str, dict]:
-        """The runnable points' records by shape; the skipped (fp8) ones must be recorded as skipped."""
-        records = run_sweep(plan, tmp_path / "out", SweepOptions(quiet=True, **options)).points()
+        """The runnable points' records by shape, as their files hold them (dump_point); the skipped (fp8) ones
+        must be recorded as skipped."""
+        stored = run_sweep(plan, tmp_path / "out", SweepOptions(quiet=True, **options)).records()
+        records = {pid: dump_point(r) for pid, r in stored.items()}
         assert [records[p.id]["status"] for p in plan.skipped] == ["skipped"] * 3
         return {p.shape.label: records[p.id] for p in plan.runnable}
 
@@ -195,14 +198,15 @@ def test_recompute_derives_the_figures_from_the_raw_records_again(scripted):
     _, run, out = scripted
     points = run()
     store = SweepStore(out)
-    before = {pid: r for pid, r in store.points().items() if r["status"] == "ok"}
+    before = {pid: r for pid, r in store.records().items() if r.status == "ok"}
     assert len(before) == 3
     for record in before.values():  # figures of an older method: stale
-        record["metrics"] = {"output_throughput": -1.0}
-        record["trials"][1]["metrics"] = {}
+        record.metrics = Metrics(output_throughput=-1.0)
+        record.trials[1].metrics = Metrics()
         store.save_point(record)
+    assert store.records()[next(iter(before))].metrics == Metrics(output_throughput=-1.0)
     assert sorted(recompute(out)) == sorted(before)
-    after = store.points()
+    after = {pid: dump_point(r) for pid, r in store.records().items()}
     for pid, original in ((p["point_id"], p) for p in points.values() if p["status"] == "ok"):
         assert after[pid]["metrics"] == original["metrics"]
         assert [t["metrics"] for t in after[pid]["trials"]] == [t["metrics"] for t in original["trials"]]
@@ -275,7 +279,6 @@ def test_a_resume_keeps_what_earlier_points_ran_on_and_lists_every_session(scrip
     session's points were measured in: the manifest keeps the first environment and lists every session, and the
     report's provenance says which session measured how many points. A resume with nothing left to run leaves the
     manifest as it was."""
-    import json
 
     from bench.commands import sweep as sweep_mod
     from bench.report.tables import provenance
@@ -298,10 +301,10 @@ def test_a_resume_keeps_what_earlier_points_ran_on_and_lists_every_session(scrip
     assert manifest["environment"] == first["environment"], "the first session's environment is kept"
     assert [s["suite_git"]["sha"] for s in manifest["sessions"]][1:] == ["feedbee"]
     # the rerun point started before the fake session time "2999", so it counts to the first session here: move it
-    points = SweepStore(out).points()
-    rerun = next(p for p in points.values() if p.get("started") and p["trials"] and p["status"] == "ok")
-    rerun["started"] = "2999-01-01T00:00:01+00:00"
-    (out / "points" / f"{rerun['point_id']}.json").write_text(json.dumps(rerun))
+    store = SweepStore(out)
+    rerun = next(p for p in store.records().values() if p.started and p.trials and p.status == "ok")
+    rerun.started = "2999-01-01T00:00:01+00:00"
+    store.save_point(rerun)
     line = provenance(out)["sessions"]
     assert line.startswith("2: ") and "git feedbee" in line and line.endswith("(1 points)"), line
 

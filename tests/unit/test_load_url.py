@@ -67,18 +67,20 @@ def test_records_points_of_the_sweep_and_acceptance_per_category(profile, tmp_pa
     finally:
         loop.call_soon_threadsafe(loop.stop)
     sweep_ids = {p.id for p in make_plan(load_profile(str(profile), "cpu"), Machine("cpu")).runnable}
-    points = store.points()
+    points = store.records()
     assert set(points) == sweep_ids
     facts = store.manifest()["server_url"]
     assert (
         facts["served_model"] == "m" and facts["version"] == {"version": "0.0-standin"} and facts["root"] == "/models/m"
     )
     assert facts["speculative"] and facts["spec_positions"] == 3 and facts["request_spec"] is request_spec
-    text = next(p for p in points.values() if p["label"]["workload"] == "notes")
-    assert text["effective"]["source"] == "running server (load --url)" and text["mismatch"] == []
-    assert text["trials"][0]["load"]["samples"] == {"start_round": 0, "repeated": 0, "conversations": 12}
-    assert text["trials"][0]["load"]["prefix_cache_reset"] is False  # the stand-in has no /reset_prefix_cache
-    cats = {c["category"]: c for c in text["categories"]}
+    text = next(p for p in points.values() if p.label["workload"] == "notes")
+    assert text.effective is not None and text.effective.source == "running server (load --url)"
+    assert text.mismatch == []
+    load = text.trials[0].load
+    assert load is not None and load.model_extra["samples"] == {"start_round": 0, "repeated": 0, "conversations": 12}
+    assert load.model_extra["prefix_cache_reset"] is False  # the stand-in has no /reset_prefix_cache
+    cats = {c["category"]: c for c in text.categories or []}
     assert set(cats) == {"a", "b"}
     for c in cats.values():  # the stand-in accepts 2 of 3 draft tokens per step
         if request_spec:
@@ -86,8 +88,8 @@ def test_records_points_of_the_sweep_and_acceptance_per_category(profile, tmp_pa
             assert c["mean_acceptance_length"] == 3.0 and c["per_position_acceptance"] == [1.0, 1.0, 0.0]
         else:  # one window for both categories (as the baseline's): its /metrics counts cannot be split
             assert c["acceptance_source"] is None and c["mean_acceptance_length"] is None
-    assert text["spec_decode"]["mean_acceptance_length"] == 3.0
-    windows = {r["window"] for r in store.raw(text["point_id"]) if r["phase"] == "measure"}
+    assert text.spec_decode is not None and text.spec_decode.mean_acceptance_length == 3.0
+    windows = {r["window"] for r in store.raw(text.point_id) if r["phase"] == "measure"}
     assert windows == {None}
     assert (store.root / "report" / "summary.md").exists()
     asked = {b.get("model") for b in standin.bodies}

@@ -15,6 +15,7 @@ from bench.cli import main
 from bench.core.errors import BenchError
 from bench.report.build import build_report
 from bench.results.migrate import migrate
+from bench.results.records import Cache
 from bench.results.store import SCHEMA_VERSION, SweepStore
 
 V1 = Path(__file__).resolve().parents[1] / "data" / "results-v1"
@@ -29,7 +30,7 @@ def v1(tmp_path) -> Path:
 
 def test_an_old_directory_is_refused_with_the_command_that_upgrades_it(v1):
     with pytest.raises(BenchError, match="bench migrate"):
-        SweepStore(v1).points()
+        SweepStore(v1).records()
 
 
 def test_migrate_upgrades_in_place_and_the_report_is_unchanged(v1, tmp_path):
@@ -37,10 +38,11 @@ def test_migrate_upgrades_in_place_and_the_report_is_unchanged(v1, tmp_path):
     assert [(s["from"], s["to"]) for s in steps] == [(1, SCHEMA_VERSION)]
     assert steps[0]["changed"]["metrics.window"] == 6, "the 6 ok points' headlines were the whole window"
     store = SweepStore(v1)
-    points = store.points()
-    ok = [p for p in points.values() if p["status"] == "ok"]
-    assert all(p["metrics"]["window"] == "whole" and p["metrics"]["whole"] for p in ok)
-    assert all(p["cache"] == {} and p["contamination"] == [] and p["flags"] == [] for p in ok)
+    points = store.records()
+    ok = [p for p in points.values() if p.status == "ok"]
+    assert all(p.metrics and p.metrics.window == "whole" and p.metrics.whole for p in ok)
+    assert all("cache" in p.model_fields_set and p.cache == Cache() for p in ok)
+    assert all(p.contamination == [] and p.flags == [] for p in ok)
     assert json.loads((v1 / "manifest.json").read_text())["migrations"][0]["to"] == SCHEMA_VERSION
     out = build_report(v1, tmp_path / "report")
     rebuilt = Path(out["summary"]).read_text()

@@ -48,7 +48,7 @@ def test_a_pinned_config_whose_node_is_gone_before_it_started_runs_once_more_any
         (second.id, "ok", None),
     ]
     assert len(fake.cancelled) == 1
-    assert {p["status"] for p in store.points().values()} == {"ok"}
+    assert {p.status for p in store.records().values()} == {"ok"}
     log = store.log_path(second.id).read_text()
     assert "its --ray-same-nodes node is gone" in log
 

@@ -16,6 +16,7 @@ from bench.core.hardware import Machine
 from bench.distributed import cluster as C
 from bench.distributed import driver
 from bench.distributed.placement import Cluster, Node
+from bench.results.records import new_point
 from bench.results.store import SCHEMA_VERSION, SweepStore
 from bench.run.executor import SweepContext
 from bench.run.progress import Progress, base_record
@@ -158,8 +159,8 @@ def test_a_lost_node_fails_its_unfinished_points_and_they_run_once_more_elsewher
         (1, "n1", [second]),
     ]
     assert reserved == [None, None, "n2"], "the re-run avoids the node it was lost on"
-    points = store.points()
-    assert {p["status"] for p in points.values()} == {"ok"}, "the re-run's records replace the node-lost ones"
+    points = store.records()
+    assert {p.status for p in points.values()} == {"ok"}, "the re-run's records replace the node-lost ones"
     assert [(a["node"], a["outcome"], a["points_lost"]) for a in attempts] == [
         ("n1/n1", "ok", []),  # a node is shown as name/id
         ("n2/n2", "node-lost", [second]),
@@ -179,9 +180,9 @@ def test_lost_twice_stays_failed_and_an_error_of_the_suite_is_not_rerun(run):
         return [{"event": "node", "node_id": node, "host": node}, Lost("gone")]
 
     store, fake, _, attempts = run(plan, script)
-    records = store.points().values()
+    records = store.records().values()
     assert (
-        sorted((p["reason"], p["phase"]) for p in records)
+        sorted((p.reason, p.phase) for p in records)
         == [("bench-error", "startup")] * 2 + [("node-lost", "startup")] * 2
     )
     assert [a["outcome"] for a in attempts] == ["bench-error", "node-lost", "node-lost"]
@@ -193,7 +194,7 @@ def test_a_config_the_cluster_cannot_hold_is_skipped_and_the_others_run(run):
     mixed = make_plan(small.profile, Machine("cpu"))
     mixed.groups = [small.groups[0], big.groups[0]]
     store, fake, _, _ = run(mixed, events_ok)
-    statuses = {p["engine_id"]: (p["status"], p.get("reason")) for p in store.points().values()}
+    statuses = {p.engine_id: (p.status, p.reason) for p in store.records().values()}
     assert statuses[small.groups[0][0].id] == ("ok", None)
     status, reason = statuses[big.groups[0][0].id]
     assert status == "skipped" and reason.startswith("cluster: needs 2 bench_gpu across nodes")
@@ -208,12 +209,13 @@ def test_a_failure_on_record_is_not_overwritten_by_a_skip(run, tmp_path):
     mixed.groups = [small.groups[0], big.groups[0]]
     store = SweepStore(tmp_path / "results")
     failed = big.groups[0][1][0]
-    store.save_point({**base_record(failed), "status": "failed", "reason": "engine-dead", "detail": "EngineCore died"})
+    failure = {**base_record(failed), "status": "failed", "reason": "engine-dead", "detail": "EngineCore died"}
+    store.save_point(new_point(failure))
     store, _, _, _ = run(mixed, events_ok)
-    kept = store.points()[failed.id]
-    assert (kept["status"], kept["reason"], kept["detail"]) == ("failed", "engine-dead", "EngineCore died")
+    kept = store.records()[failed.id]
+    assert (kept.status, kept.reason, kept.detail) == ("failed", "engine-dead", "EngineCore died")
     others = [p for p in big.groups[0][1] if p.id != failed.id]
-    assert all(store.points()[p.id]["status"] == "skipped" for p in others)
+    assert all(store.records()[p.id].status == "skipped" for p in others)
 
 
 def test_a_new_start_of_an_engine_clears_the_engine_records_of_an_earlier_one(run, tmp_path):

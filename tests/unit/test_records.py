@@ -10,10 +10,11 @@ import pytest
 
 from bench.core.errors import BenchError
 from bench.report.tables import points_table
-from bench.results.records import PointRecord
+from bench.results.records import PointRecord, dump_point, new_point
 from bench.results.store import SweepStore
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "tests" / "data"
 
 
 @pytest.fixture
@@ -23,24 +24,47 @@ def results(tmp_path) -> Path:
 
 
 def _first(store: SweepStore, status: str = "ok") -> tuple[Path, dict]:
-    for pid, record in store.points().items():
-        if record["status"] == status:
-            return store.point_path(pid), record
+    """A point's file and what it holds, as JSON (the tests below edit the file itself)."""
+    for pid, record in store.records().items():
+        if record.status == status:
+            path = store.point_path(pid)
+            return path, json.loads(path.read_text())
     raise AssertionError(f"no {status} point in the fixture")
 
 
 def test_every_record_of_the_fixture_reads_typed_and_as_stored(results):
     store = SweepStore(results)
-    stored, typed = store.points(), store.records()
-    assert stored and stored.keys() == typed.keys()
+    typed = store.records()
+    assert typed and all(isinstance(record, PointRecord) for record in typed.values())
     for pid, record in typed.items():
-        assert isinstance(record, PointRecord)
-        assert stored[pid] == json.loads(store.point_path(pid).read_text()), "points() hands out the file as it is"
+        stored = json.loads(store.point_path(pid).read_text())
+        assert dump_point(record) == stored, "the record holds what the file holds, no more, no less"
         if record.status == "ok":
             assert (
                 record.metrics is not None
-                and record.metrics.output_throughput == stored[pid]["metrics"]["output_throughput"]
+                and record.metrics.output_throughput == stored["metrics"]["output_throughput"]
             )
+
+
+def _committed_results() -> list[Path]:
+    found = {p.parent.parent for base in (REPO / "reports" / "examples", DATA) for p in base.rglob("points/*.json")}
+    return sorted(d for d in found if json.loads((d / "manifest.json").read_text()).get("schema_version") == 2)
+
+
+def test_every_committed_record_survives_a_read_and_a_save(tmp_path):
+    """Every point record under reports/examples and tests/data, read and saved again, holds the same data (extra
+    fields included; a float field stored as an int, e.g. 17, is written back as 17.0, which compares equal)."""
+    dirs = _committed_results()
+    assert len(dirs) >= 30
+    saved = 0
+    for i, root in enumerate(dirs):
+        out = SweepStore(tmp_path / str(i))
+        for pid, record in SweepStore(root).records().items():
+            out.save_point(record)
+            before = json.loads(SweepStore(root).point_path(pid).read_text())
+            assert json.loads(out.point_path(pid).read_text()) == before, f"{root}: {pid}"
+            saved += 1
+    assert saved >= 300
 
 
 @pytest.mark.parametrize(
@@ -59,30 +83,39 @@ def test_a_record_that_does_not_match_is_refused_with_file_and_field(results, ch
     change(record)
     path.write_text(json.dumps(record))
     with pytest.raises(BenchError) as err:
-        store.points()
+        store.records()
     assert str(path) in str(err.value) and named in str(err.value)
     with pytest.raises(BenchError, match="PointRecord"):
         points_table(results)
 
 
-def test_save_point_refuses_an_invalid_record_and_writes_nothing(results):
+def test_new_point_refuses_an_invalid_record_and_save_point_checks_again(results):
     store = SweepStore(results)
     _, record = _first(store)
+    del record["schema_version"]  # new_point adds it
     bad = {**record, "point_id": "new-point", "status": "failed", "reason": None}
+    with pytest.raises(BenchError, match="point new-point: .*a failed point says why"):
+        new_point(bad)
+    made = new_point({**bad, "reason": "engine-dead"})
+    made.reason = None  # an assignment is not validated: save_point checks the record again, and writes nothing
     with pytest.raises(BenchError, match="a failed point says why"):
-        store.save_point(bad)
+        store.save_point(made)
     assert not store.point_path("new-point").exists()
-    store.save_point({**bad, "reason": "engine-dead"})
+    made.reason = "engine-dead"
+    store.save_point(made)
     assert store.records()["new-point"].reason == "engine-dead"
+    with pytest.raises(TypeError, match="PointRecord"):
+        store.save_point({**record, "point_id": "new-point"})  # type: ignore[arg-type]
 
 
 def test_fields_the_models_do_not_declare_are_kept(results):
     store = SweepStore(results)
-    _, record = _first(store)
-    record["added_afterwards"] = {"by": "an example's provenance note"}
+    path, stored = _first(store)
+    record = store.records()[path.stem]
+    record.added_afterwards = {"by": "an example's provenance note"}  # type: ignore[attr-defined]
     store.save_point(record)
-    assert store.points()[record["point_id"]]["added_afterwards"] == {"by": "an example's provenance note"}
-    assert store.records()[record["point_id"]].model_extra["added_afterwards"]["by"].startswith("an example")
+    assert json.loads(path.read_text()) == {**stored, "added_afterwards": {"by": "an example's provenance note"}}
+    assert store.records()[path.stem].model_extra["added_afterwards"]["by"].startswith("an example")
 
 
 def test_broken_json_is_named(results):
@@ -94,14 +127,13 @@ def test_broken_json_is_named(results):
 
 
 def test_one_point_reads_through_the_same_checks_and_none_is_no_record(results):
-    """SweepStore.point: the one-record read (the Ray driver's --rerun-failed skip, the benchmark scripts) checks
-    the schema version and the model as points() does; a point with no record yet is None."""
+    """SweepStore.point: the one-record read (the Ray driver's --rerun-failed skip) checks the schema version and
+    the model as records() does; a point with no record yet is None."""
     store = SweepStore(results)
     path, record = _first(store, "failed")
     got = store.point(path.stem)
     assert got is not None
-    stored, typed = got
-    assert stored == record and typed.status == "failed"
+    assert dump_point(got) == record and got.status == "failed"
     assert store.point("0" * 12) is None
     path.write_text(json.dumps({**record, "schema_version": 1}))
     with pytest.raises(BenchError, match="bench migrate"):

@@ -84,6 +84,7 @@ def test_human_bytes_units():
 
 
 def test_report_of_a_sweep_with_only_skipped_points(tmp_path):
+    from bench.results.records import new_point
     from bench.results.store import SweepStore
 
     store = SweepStore(tmp_path / "s")
@@ -110,14 +111,16 @@ def test_report_of_a_sweep_with_only_skipped_points(tmp_path):
         "acceptance": {"mode": "real"},
     }
     store.save_point(
-        {
-            "point_id": "a",
-            "engine_id": "e",
-            "status": "skipped",
-            "reason": "CPU has no fp8 KV cache",
-            "config": {"engine": engine, "shape": {"concurrency": 1, "input_len": 8, "output_len": 8}},
-            "label": {"engine": "x", "shape": "1x8x8"},
-        }
+        new_point(
+            {
+                "point_id": "a",
+                "engine_id": "e",
+                "status": "skipped",
+                "reason": "CPU has no fp8 KV cache",
+                "config": {"engine": engine, "shape": {"concurrency": 1, "input_len": 8, "output_len": 8}},
+                "label": {"engine": "x", "shape": "1x8x8"},
+            }
+        )
     )
     text = build_report(store.root)["summary"].read_text()
     assert "0 ok, 0 failed, 1 skipped." in text and "| CPU has no fp8 KV cache | - |" in text

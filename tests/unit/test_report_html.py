@@ -22,7 +22,7 @@ from bench.report.build import build_report
 from bench.report.figures import draw_all
 from bench.report.html import render_html
 from bench.report.tables import point_row
-from bench.results.records import PointRecord, parse
+from bench.results.records import PointRecord, new_point, parse
 from bench.results.store import SweepStore
 from tests.helpers.stored_models import with_stored_models, write_tiny_gpu_configs
 
@@ -497,7 +497,7 @@ def make_dir(root: Path, records: list[dict], **kw) -> Path:
     store = SweepStore(root)
     store.write_manifest(manifest(**kw))
     for r in records:
-        store.save_point(r)
+        store.save_point(new_point(r))
     if kw.get("target", "tiny") == "tiny":
         write_tiny_gpu_configs(root, {r["engine_id"] for r in records})
     return root

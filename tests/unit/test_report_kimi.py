@@ -13,6 +13,7 @@ import pytest
 
 from bench.models import kimi_rank as K
 from bench.report import analysis as A
+from bench.results.records import dump_point
 from bench.results.store import SweepStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +34,8 @@ def data():
 
 @pytest.fixture(scope="module")
 def records():
-    return {r["point_id"]: r for r in SweepStore(RESULTS).points().values()}
+    """The records as their files hold them (dump_point): the checks below compare them with what the servers ran."""
+    return {pid: dump_point(r) for pid, r in SweepStore(RESULTS).records().items()}
 
 
 def test_stored_model_configs_are_the_ones_the_servers_loaded(records):

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.results.records import new_point
 from bench.results.store import SweepStore
 from bench.verdicts.compare import compare_dirs, compare_markdown
 from bench.verdicts.sides import (
@@ -71,20 +72,22 @@ def write_dir(root: Path, env: dict, graphs="NONE", server=None, throughputs=(10
             )
     store.save_raw("p1", rows)
     store.save_point(
-        {
-            "point_id": "p1",
-            "engine_id": "e",
-            "status": "ok",
-            "config": {"engine": {}, "shape": {}},
-            "label": LABEL,
-            "metrics": {"window": "steady"},
-            "spec_decode": {},
-            "trials": [
-                {"trial": t, "metrics": {"output_throughput": x + rng.normal(0, 1)}, "spec_decode": {}}
-                for t, x in enumerate(throughputs)
-            ],
-            "effective": {"cudagraph_mode": graphs, "runner": "generate"},
-        }
+        new_point(
+            {
+                "point_id": "p1",
+                "engine_id": "e",
+                "status": "ok",
+                "config": {"engine": {}},
+                "label": LABEL,
+                "metrics": {"window": "steady"},
+                "spec_decode": {},
+                "trials": [
+                    {"trial": t, "metrics": {"output_throughput": x + rng.normal(0, 1)}, "spec_decode": {}}
+                    for t, x in enumerate(throughputs)
+                ],
+                "effective": {"cudagraph_mode": graphs, "runner": "generate"},
+            }
+        )
     )
     return root
 
