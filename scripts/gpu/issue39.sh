@@ -6,9 +6,10 @@
 #   correct  item 4: tests/integration/test_dcp_spec_decode_gpu.py on the whole series (the fix applied):
 #            pytest's output and junit XML in correct/.
 #   profile  item 1: `bench profile` (nsys, the suite's NVTX ranges) of profiles/kimi-k2.6-rank-h200-dcp.toml's
-#            8x8192x256 points (FLASHMLA/fp8, k = 3) at DCP 1, 2, 8 on the series WITHOUT dcp-spec-decode (what
-#            users run today), then, if time is left, DCP 2 and 8 with the whole series (PROFILE_PATCHED=0 skips
-#            them). PROFILE_PROMPTS measured requests a capture (default 8: one wave of the 8 users, ~110 steps).
+#            8x8192x256 points (FLASHMLA/fp8, k = 3), in pairs: DCP 2 on the series WITHOUT dcp-spec-decode (what
+#            users run today) and with the whole series, then DCP 8 the same, then DCP 1 (CAPTURES, default
+#            "2:without 2:with 8:without 8:with 1:without", so that a lease cut short still leaves a pair).
+#            PROFILE_PROMPTS measured requests a capture (default 8: one wave of the 8 users, ~110 steps).
 #            BENCH_NVTX_ATTENTION=1 adds the MLA attention's path ranges (docs/nvtx-ranges.md) to `bench profile`'s
 #            BENCH_NVTX=1, so each capture's analysis has nsys_step_paths.{md,csv} (docs/nsys-analysis.md "Decode
 #            step by path"); profile/step-shares.md puts the captures' shares and by-path tables side by side.
@@ -100,17 +101,14 @@ for task in "$@"; do
       timeout -s TERM "$(left)" python -m pytest -q -m gpu -p no:cacheprovider -rs \
         --junitxml=$res/correct/junit.xml tests/integration/test_dcp_spec_decode_gpu.py > $res/correct.log 2>&1 ;;
     profile)
-      set_patch without || exit 1
       rc=0
-      for n in 2 8 1; do
-        capture "dcp$n-without-fix" "$(points_of $dcp_prof $n 3 8x8192x256)" || rc=$?
+      for item in ${CAPTURES:-2:without 2:with 8:without 8:with 1:without}; do
+        IFS=: read -r n state <<< "$item"
+        [ -e $res/profile/dcp$n-$state-fix/.done ] && continue
+        set_patch $state || exit 1
+        capture "dcp$n-$state-fix" "$(points_of $dcp_prof $n 3 8x8192x256)" || { rc=$?; break; }
       done
-      if [ "${PROFILE_PATCHED:-1}" = 1 ] && [ $rc = 0 ]; then
-        set_patch whole || exit 1
-        for n in 2 8; do capture "dcp$n-with-fix" "$(points_of $dcp_prof $n 3 8x8192x256)" || rc=$?; done
-      fi
-      done_caps=(); for d in $res/profile/dcp1-without-fix $res/profile/dcp2-without-fix $res/profile/dcp8-without-fix \
-        $res/profile/dcp2-with-fix $res/profile/dcp8-with-fix; do [ -e $d/.done ] && done_caps+=($d); done
+      done_caps=(); for d in $res/profile/dcp{1,2,8}-{without,with}-fix; do [ -e $d/.done ] && done_caps+=($d); done
       [ ${#done_caps[@]} -gt 0 ] && python -m bench profile shares "${done_caps[@]}" --out $res/profile \
         > $res/profile/shares.log 2>&1
       (exit $rc) ;;
