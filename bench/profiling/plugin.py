@@ -46,7 +46,7 @@ ENV_NVTX_ATTENTION = "BENCH_NVTX_ATTENTION"  # 1: also the MLA attention's path 
 ENV_TIMING_FLUSH = "BENCH_TIMING_FLUSH_S"  # seconds between writes of the timing file (default 0: every step)
 ENV_EFFECTIVE_DIR = "BENCH_EFFECTIVE_DIR"  # folder of the effective-configuration records (unset: no record)
 ENV_DCP_LOOPBACK = "BENCH_DCP_LOOPBACK"  # N: a loopback DCP group of N ranks (dcp_loopback.ENV; unset: none)
-ENV_STEP_DELAY = "BENCH_STEP_DELAY_MS"  # X: sleep X ms after every engine step (step_delay.ENV; a known slowdown)
+ENV_STEP_DELAY = "BENCH_STEP_DELAY_MS"  # X: busy-wait X ms after every engine step (step_delay.ENV; a known slowdown)
 # Under the "vllm" logger so that vLLM's handler (process prefix, server log) prints it; the other plugin
 # modules log to children of it.
 LOGGER_NAME = "vllm.bench_profiling"

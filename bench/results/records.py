@@ -397,6 +397,7 @@ class Environment(Open):
     ran with (a step delay, say); manifests before 2026-12-07 have none."""
 
     variables: dict[str, str] | None = None
+    host: dict[str, str | None] | None = None  # name and boot_id (from 2026-12-07): which machine
 
 
 class Manifest(Open):

@@ -3,8 +3,10 @@
 # scripts/gpu/detached.sh so that it outlives one call; results in /tmp/res38, copied to $OUT/issue38.tgz each call):
 #   starts  item 6(a): profiles/kimi-k2.6-rank-h200-starts.toml over its 3 server starts (no-spec and FLASHMLA/fp8
 #           k = 3 at 8x1024x256, 3 blocks a start): do the starts agree within their stated precision (starts.md)?
-#   ab      item 6(b): `bench ab`, the candidate sleeping DELAY_MS after every engine step
-#           (default 0.5 ms: ~5% of the ~10 ms FLASHMLA step, ~7% of no-spec's 7.5 ms): the gate must exit 4;
+#   ab      item 6(b): `bench ab`, the candidate busy-waiting DELAY_MS once every engine step (default 0.45 ms: ~5%
+#           of the ~9.5 ms FLASHMLA step the H100 of 2026-12-07's second lease ran, ~6% of the first's 7.55 ms).
+#           A slept 0.4 ms made that step 2.54 ms longer (reports/examples/kimi-rank-h100-l40-ab-sleep): the delay
+#           now busy-waits once a step (bench/profiling/step_delay.py); the gate must exit 4;
 #   aa      the same environment on both sides: the gate must not exit 4, and a pass (exit 0) states its bound.
 #   ab and aa use profiles/kimi-k2.6-rank-h200-ab.toml (AB_PROFILE; on a card under 100 GiB the -h100-l40- variants): its one point, so a round is two server starts;
 #   a fixed design of ROUNDS = 4 rounds (one look at full alpha) unless MAX_ROUNDS asks for sequential looks.
@@ -19,7 +21,7 @@
 set -uo pipefail
 source scripts/gpu/common.sh
 budget=${1:?usage: issue38.sh BUDGET_SECONDS starts|ab|aa...}; shift
-rounds=${ROUNDS:-4}; delay=${DELAY_MS:-0.5}; max_effect=${MAX_EFFECT:-0.05}
+rounds=${ROUNDS:-4}; delay=${DELAY_MS:-0.45}; max_effect=${MAX_EFFECT:-0.05}
 # The 61-layer rank needs the H200's memory; on a smaller card (an H100) the 40-layer variants of the same profiles.
 mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 card=h200; [ "${mib:-0}" -lt 102400 ] && card=h100-l40

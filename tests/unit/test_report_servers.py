@@ -86,3 +86,17 @@ def test_compile_state_judges_each_compiled_unit_by_whether_it_loaded_from_the_c
     assert compile_state("INFO Compiling a graph for compile range (1, 8192) takes 9 s\n") == "compiled"
     assert compile_state("INFO Directly load the compiled graph(s) for compile range (1, 8192)\n") == "cache-loaded"
     assert compile_state("INFO eager\n") is None
+
+
+def test_machine_id_prefers_the_host_and_boot_id_and_falls_back_to_the_os_build():
+    from bench.report.tables import machine_id
+    from bench.results.environment import host_identity
+
+    here = host_identity()
+    assert here["name"] and (here["boot_id"] is None or len(here["boot_id"]) >= 8)
+    a = {"host": {"name": "h", "boot_id": "0123456789ab"}, "platform": "Linux-x"}
+    b = {"host": {"name": "h", "boot_id": "ffff456789ab"}, "platform": "Linux-x"}
+    assert machine_id(a) != machine_id(b), "a reboot (a new lease) is another machine"
+    old1 = {"platform": "Linux-6.18-v1294", "machine": {"driver": "580"}}
+    old2 = {"platform": "Linux-6.18-v1272", "machine": {"driver": "580"}}
+    assert machine_id(old1) != machine_id(old2) and machine_id(old1) == machine_id(dict(old1))

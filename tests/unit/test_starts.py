@@ -119,3 +119,36 @@ def test_a_start_cut_short_keeps_the_points_the_others_measured(tmp_path):
     lines = text.splitlines()
     assert "intervals between 2-3 starts" in lines[2], lines[2]
     assert re.search(r"FLASHMLA/fp8 draft k=3 is fastest: 1\.\d\dx no-spec \[.*\] between 2 starts", lines[4]), lines[4]
+
+
+def test_a_start_whose_server_was_launched_twice_is_marked_by_the_launch_that_measured():
+    """The committed H100 starts: start 3's FLASHMLA server was launched by a lease that ran out before it served,
+    then again by the next lease, which compiled and measured; the servers table says "-/compiled" for that start and
+    the starts view must mark the figure " c" (it showed no mark)."""
+    root = REPO / "reports" / "examples" / "kimi-rank-h100-l40-starts"
+    read = S.read_starts(root)
+    flashmla = read.table[read.table.draft_attention_backend == "FLASHMLA"].set_index("start")
+    assert list(flashmla.torch_compile.loc[[1, 2, 3]]) == ["compiled", "cache-loaded", "compiled"]
+    row = next(line for line in (root / "starts.md").read_text().splitlines() if line.startswith("| FLASHMLA"))
+    assert re.search(r"1,023 \(12\.2%\) c \|", row), row
+
+
+def test_starts_on_two_machines_are_said_so_and_a_start_spread_over_both_is_named():
+    """The committed H100 starts: starts 1-2 and start 3's no-spec on one lease's machine, start 3's FLASHMLA on the
+    next lease's (another kernel build: the manifests before host identities tell machines apart by it). The
+    report must say the starts span two machines and that start 3's paired speedup crosses them."""
+    root = REPO / "reports" / "examples" / "kimi-rank-h100-l40-starts"
+    summary = S.summarize_starts(root)
+    machines = summary["machines"]
+    assert len(machines["distinct"]) == 2
+    assert [len(machines["by_start"][k]) for k in ("1", "2", "3")] == [1, 1, 2]
+    lines = S.machine_lines(summary)
+    assert "2 machines (start 1: A; start 2: A; start 3: A+B)" in lines[0]
+    assert lines[1].startswith("Start 3 measured its points on more than one machine")
+    text = (root / "starts.md").read_text()
+    assert "2 machines)" in text.splitlines()[2], "the opening sentence names the machines among its caveats"
+
+
+def test_one_machine_adds_no_machine_lines():
+    assert S.machine_lines({"machines": {"distinct": ["m"], "by_start": {"1": ["m"], "2": ["m"]}}}) == []
+    assert S.machine_lines({"points": []}) == []

@@ -18,9 +18,16 @@ def test_delay_from_env():
             sd.delay_from_env({sd.ENV: bad})
 
 
-def test_sleeps_only_after_a_step_that_ran_the_model(monkeypatch):
+def test_spin_waits_at_least_its_time_without_sleeping(monkeypatch):
+    monkeypatch.setattr(sd.time, "sleep", lambda s: pytest.fail("the delay must not sleep"))
+    t0 = sd.time.perf_counter()
+    sd.spin(0.002)
+    assert 0.002 <= sd.time.perf_counter() - t0 < 0.2
+
+
+def test_waits_only_after_a_step_that_ran_the_model(monkeypatch):
     slept = []
-    monkeypatch.setattr(sd.time, "sleep", slept.append)
+    monkeypatch.setattr(sd, "spin", slept.append)
 
     class Core:
         def __init__(self, ran):
@@ -31,7 +38,17 @@ def test_sleeps_only_after_a_step_that_ran_the_model(monkeypatch):
 
     step = sd.delayed(Core.step, 0.03)
     assert step(Core(True)) == ({}, True) and slept == [0.03]
-    assert step(Core(False)) == ({}, False) and slept == [0.03]  # an idle step: no sleep
+    assert step(Core(False)) == ({}, False) and slept == [0.03]  # an idle step: no wait
+
+
+def test_with_a_batch_queue_waits_once_a_step_when_a_batch_finishes(monkeypatch):
+    """Async scheduling: one call schedules a batch and returns (None, True), the next takes the finished one off
+    the queue (outputs, scheduled another?): one wait a step, on the second."""
+    waited = []
+    monkeypatch.setattr(sd, "spin", waited.append)
+    results = iter([(None, True), ({0: "out"}, True), (None, True), ({}, False)])
+    step = sd.delayed(lambda self: next(results), 0.001, sd.finished_a_batch)
+    assert [step(None) for _ in range(4)] and waited == [0.001, 0.001]
 
 
 def test_installs_on_vllms_engine_core_and_uninstalls():
