@@ -263,6 +263,14 @@ def tolerance(got: dict, kind: str) -> float:
     return max(4 * got["base_err"], FLOOR[kind])
 
 
+def record_errors(record_property, got: dict, kind: str) -> None:
+    """The measured errors and the tolerances beside them, in the junit XML (`--junitxml`): what a run states."""
+    for key in ("err", "base_err", "lse_err", "base_lse_err"):
+        record_property(key, f"{got[key]:.3e}")
+    record_property("tolerance", f"{tolerance(got, kind):.3e}")
+    record_property("lse_tolerance", f"{max(4 * got['base_lse_err'], LSE_FLOOR[kind]):.3e}")
+
+
 CASES = [(n, i, kind, 3) for n in (2, 4, 8) for i in (1, 64) for kind in ("bf16", "fp8")] + [
     (4, 16, "bf16", 7),
     (8, 1, "fp8", 1),
@@ -271,8 +279,9 @@ CASES = [(n, i, kind, 3) for n in (2, 4, 8) for i in (1, 64) for kind in ("bf16"
 
 
 @pytest.mark.parametrize("size, interleave, kind, k", CASES)
-def test_sharded_verify_decode_equals_whole_kv_attention(flashmla, size, interleave, kind, k):
+def test_sharded_verify_decode_equals_whole_kv_attention(flashmla, size, interleave, kind, k, record_property):
     got = run_case(flashmla, size, interleave, kind, k)
+    record_errors(record_property, got, kind)
     # The rows the patched builder gave each rank: one per verify token, with bench.models.dcp_local's lengths.
     for rank, meta in enumerate(got["metas"]):
         want = [r.local_len for r in verify_rows(SEQ_LENS, [k + 1] * len(SEQ_LENS), size, rank, interleave)]
@@ -282,7 +291,7 @@ def test_sharded_verify_decode_equals_whole_kv_attention(flashmla, size, interle
     assert got["lse_err"] <= max(4 * got["base_lse_err"], LSE_FLOOR[kind]), got
 
 
-def test_the_unpatched_row_per_request_fails_the_same_check(flashmla):
+def test_the_unpatched_row_per_request_fails_the_same_check(flashmla, record_property):
     """The control: N = 2, interleave 1, where every rank's whole-request mask is wrong (bench.models.dcp_local), decoded
     without the per-token rows. Its error must exceed the tolerance tenfold, or the check above proves nothing."""
     k = 3
@@ -292,4 +301,5 @@ def test_the_unpatched_row_per_request_fails_the_same_check(flashmla):
         for r in range(2)
     )
     got = run_case(flashmla, 2, 1, "bf16", k, patched=False)
+    record_errors(record_property, got, "bf16")
     assert got["err"] > 10 * tolerance(got, "bf16"), got
