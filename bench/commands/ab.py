@@ -16,6 +16,8 @@ from bench.core.errors import BenchError, ExitCode
 from bench.core.files import atomic_write_bytes
 from bench.core.fmt import md_rows
 from bench.core.hardware import detect_machine
+from bench.results.environment import host_identity, point_sessions, same_machine
+from bench.results.store import SweepStore
 from bench.verdicts.sides import AbSide, write_ab_side
 from bench.verdicts.stats import (
     CPU_AA_BETWEEN_CV,
@@ -420,6 +422,40 @@ def round_salt(out: Path, r: int) -> str:
     return f"{ab_salt(out)}-r{r}"
 
 
+def _measured_machines(round_dir: Path) -> tuple[list[dict], bool]:
+    """The environments of the sessions that measured `round_dir`'s points, and whether every planned point has a
+    record (a side finished); ([], False) for a round not begun."""
+    if not (round_dir / "manifest.json").exists():
+        return [], False
+    store = SweepStore(round_dir)
+    manifest, records = store.manifest(), store.records()
+    sessions = manifest.get("sessions") or []
+    used = sorted(set(point_sessions(manifest, records).values()))
+    return [sessions[i] for i in used], len(records) >= len(manifest.get("plan") or [])
+
+
+def set_aside_other_machine(out: Path, r: int) -> list[Path]:
+    """A round is a pair on one machine: when `ab --resume` finds round r unfinished and a side of it measured on
+    another machine (a new GPU lease is often another host: the same Kimi-rank config stepped 25% slower on the
+    second H100 of 2026-12-07), that side's folder moves to OUT/set-aside/ and both sides run again here. Sides
+    whose sessions predate host identities (2026-12-07) cannot be told apart and stay."""
+    dirs = [out / side / f"round-{r}" for side in ("baseline", "candidate")]
+    measured = [_measured_machines(d) for d in dirs]
+    if all(done for _, done in measured):
+        return []
+    here = {"host": host_identity()}
+    moved = []
+    for d, (sessions, _) in zip(dirs, measured, strict=True):
+        if any(same_machine(s, here) is False for s in sessions):
+            dest = out / "set-aside" / d.parent.name / f"{d.name}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            d.rename(dest)
+            moved.append(dest)
+            print(f"round {r + 1}: {d} was measured on another machine: moved to {dest}, both sides run here",
+                  file=sys.stderr, flush=True)  # fmt: skip
+    return moved
+
+
 def _round(r: int, total: int, a: Env, b: Env, out: Path, profile: str, repeat: int, ray: str | None) -> None:
     """Round r: both sides' sweeps, in the order A B on even rounds and B A on odd ones, sent the same prompts
     (one salt a round: `round_salt`), so that a text workload's sides get the same conversations."""
@@ -427,6 +463,7 @@ def _round(r: int, total: int, a: Env, b: Env, out: Path, profile: str, repeat: 
 
     salt = round_salt(out, r)
     order = [("baseline", a), ("candidate", b)] if r % 2 == 0 else [("candidate", b), ("baseline", a)]
+    set_aside_other_machine(out, r)
     for side, env in order:
         if env.patch and _run(env, ["patch", *env.patch_args()]) != 0:
             raise BenchError(f"could not set {env.label()} before round {r}")

@@ -37,7 +37,8 @@ from bench.report.figure_style import new_figure, png_or_none
 from bench.report.markdown import md_table
 from bench.report.servers import server_table
 from bench.report.speedup import with_speedups
-from bench.report.tables import machine_id, point_sessions, points_table
+from bench.report.tables import points_table
+from bench.results.environment import machine_id, point_sessions
 from bench.results.store import SweepStore
 
 START_DIR = re.compile(r"^start-(\d+)$")

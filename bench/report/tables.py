@@ -8,6 +8,7 @@ import pandas as pd
 
 from bench.config import axes as server_axes
 from bench.models.dcp_comm import chunked_prefill_workspace
+from bench.results.environment import point_sessions
 from bench.results.records import (
     Effective,
     EngineSettings,
@@ -253,26 +254,6 @@ def provenance(sweep_dir: Path) -> dict:
         "python": env["python"],
         **({"sessions": sessions_line(m, SweepStore(sweep_dir).records())} if len(m.get("sessions") or []) > 1 else {}),
     }
-
-
-def point_sessions(manifest: dict, points: dict[str, PointRecord]) -> dict[str, int]:
-    """{point id: the index of the session that measured it}: a resume appends a session, and a point belongs to the
-    last session started before it (points never measured are left out)."""
-    starts = [s.get("time") or "" for s in manifest.get("sessions") or []]
-    out = {}
-    for pid, record in points.items():
-        if record.status in ("ok", "failed") and record.started and starts:
-            out[pid] = max([0] + [i for i, t in enumerate(starts) if t and t <= record.started])
-    return out
-
-
-def machine_id(session: dict) -> str:
-    """Which machine a session ran on: its host name and boot id (bench.results.environment, from 2026-12-07), else
-    (older records) its OS build and driver, which tell two machines apart only when they differ."""
-    host = session.get("host") or {}
-    if host.get("boot_id"):
-        return f"{host.get('name') or '?'} boot {host['boot_id'][:8]}"
-    return f"{session.get('platform') or '?'} driver {(session.get('machine') or {}).get('driver') or '?'}"
 
 
 def sessions_line(manifest: dict, points: dict[str, PointRecord]) -> str:

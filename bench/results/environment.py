@@ -12,6 +12,7 @@ from pathlib import Path
 from bench import __version__
 from bench.core.errors import BenchError
 from bench.core.hardware import Machine
+from bench.results.records import PointRecord
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -83,3 +84,32 @@ def collect_environment(machine: Machine) -> dict:
         "vllm": vllm_provenance(),
         "variables": run_variables(),
     }
+
+
+def point_sessions(manifest: dict, points: dict[str, PointRecord]) -> dict[str, int]:
+    """{point id: the index of the session that measured it}: a resume appends a session, and a point belongs to the
+    last session started before it (points never measured are left out)."""
+    starts = [s.get("time") or "" for s in manifest.get("sessions") or []]
+    out = {}
+    for pid, record in points.items():
+        if record.status in ("ok", "failed") and record.started and starts:
+            out[pid] = max([0] + [i for i, t in enumerate(starts) if t and t <= record.started])
+    return out
+
+
+def machine_id(session: dict) -> str:
+    """Which machine a session ran on: its host name and boot id (bench.results.environment, from 2026-12-07), else
+    (older records) its OS build and driver, which tell two machines apart only when they differ."""
+    host = session.get("host") or {}
+    if host.get("boot_id"):
+        return f"{host.get('name') or '?'} boot {host['boot_id'][:8]}"
+    return f"{session.get('platform') or '?'} driver {(session.get('machine') or {}).get('driver') or '?'}"
+
+
+def same_machine(session: dict, here: dict) -> bool | None:
+    """Whether two sessions' environments ran on one machine (its host name and boot id); None when either lacks them
+    (records from before 2026-12-07)."""
+    a, b = session.get("host") or {}, here.get("host") or {}
+    if not a.get("boot_id") or not b.get("boot_id"):
+        return None
+    return (a.get("name"), a["boot_id"]) == (b.get("name"), b["boot_id"])

@@ -89,8 +89,7 @@ def test_compile_state_judges_each_compiled_unit_by_whether_it_loaded_from_the_c
 
 
 def test_machine_id_prefers_the_host_and_boot_id_and_falls_back_to_the_os_build():
-    from bench.report.tables import machine_id
-    from bench.results.environment import host_identity
+    from bench.results.environment import host_identity, machine_id
 
     here = host_identity()
     assert here["name"] and (here["boot_id"] is None or len(here["boot_id"]) >= 8)
