@@ -31,11 +31,11 @@ echo "== card: $card ($mib MiB): $profile, $ab_profile"
 max_rounds=(); [ -n "${MAX_ROUNDS:-}" ] && max_rounds=(--max-rounds "$MAX_ROUNDS")
 py=$(command -v python)
 res=/tmp/res38
-# RESUME_FROM: an issue38.tgz an earlier lease brought back (carried in .gpu/), or a committed starts folder (e.g.
+# RESUME38: an issue38.tgz an earlier lease brought back (carried in .gpu/), or a committed starts folder (e.g.
 # reports/examples/kimi-rank-h100-l40-starts, on a card of its kind: the profile must match), so that a new machine
 # resumes it (the compile cache is gone: its first start compiles again)
-if [ -n "${RESUME_FROM:-}" ] && [ ! -d $res ]; then
-  if [ -d "$RESUME_FROM" ]; then mkdir -p $res/starts && cp -r "$RESUME_FROM"/start-* $res/starts/; else tar xzf "$RESUME_FROM" -C /tmp; fi
+if [ -n "${RESUME38:-}" ] && [ ! -d $res ]; then
+  if [ -d "$RESUME38" ]; then mkdir -p $res/starts && cp -r "$RESUME38"/start-* $res/starts/; else tar xzf "$RESUME38" -C /tmp; fi
 fi
 mkdir -p $res
 [ -e /tmp/bench-patched ] || { python -m bench patch apply > $res/patch-apply.txt && touch /tmp/bench-patched; } || exit 1

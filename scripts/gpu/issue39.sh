@@ -21,7 +21,7 @@
 #            (:patched) at DCP 2, then DCP 8 (profiles/kimi-k2.6-rank-h200-dcp{2,8}-ab.toml, 8x8192x256),
 #            AB_ROUNDS rounds each (default 3, the minimum; the effect expected is large), `ab --resume`d.
 # Usage: issue39.sh BUDGET_SECONDS TASK...   (e.g. `issue39.sh 1500 correct profile`). A finished task (or sub-step)
-# is skipped; one cut by the budget (timeout: 124) resumes. RESUME_FROM: an issue39.tgz an earlier lease brought back
+# is skipped; one cut by the budget (timeout: 124) resumes. RESUME39: an issue39.tgz an earlier lease brought back
 # (carried in .gpu/), unpacked into /tmp/res39 on a fresh machine. Device time per task: /tmp/res39/<task>.seconds.
 #
 # Estimated device time (no lease has run any of it; from reports/examples/kimi-rank-h200-dcp, same model, GPU,
@@ -54,7 +54,7 @@ echo "== card: $card ($mib MiB)"
 dcp_prof=profiles/kimi-k2.6-rank-$card-dcp.toml
 back_prof=profiles/kimi-k2.6-rank-$card-dcp-backends
 sweep_order=${SWEEP_ORDER:-"flashattn-mla:3:2,8,1,4 flashmla:3:2,8,1,4 flashattn-mla:0:1,2,8,4 flashmla:0:1,2,8,4"}
-[ -n "${RESUME_FROM:-}" ] && [ ! -d $res ] && tar xzf "$RESUME_FROM" -C /tmp
+[ -n "${RESUME39:-}" ] && [ ! -d $res ] && tar xzf "$RESUME39" -C /tmp
 mkdir -p $res
 nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
   --format=csv,noheader -l 1 >> $res/gpu-telemetry.csv &

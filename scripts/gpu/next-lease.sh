@@ -5,8 +5,8 @@
 # with COLLECT='bash scripts/gpu/queue.sh collect' (every call brings back issue38.tgz / issue39.tgz so far).
 # JOB_SECONDS: the device time the lease has left after the install, less ~60 s for the calls and give_back.
 #
-# Queue (QUEUE overrides it; each item resumes or skips what an earlier lease left: RESUME_FROM for issue 38's
-# starts, issue39.sh's RESUME_FROM for a brought-back issue39.tgz carried in .gpu/):
+# Queue (QUEUE overrides it; each item resumes or skips what an earlier lease left: RESUME38 for issue 38's
+# starts, RESUME39 for a brought-back issue39.tgz carried in .gpu/):
 #   39:profile  issue 39 item 1: nsys captures of the DCP 2 rank without and with dcp-spec-decode first (a pair), then
 #               DCP 8's pair, then DCP 1 (~350-450 s a capture; a lease of ~1,500 s job time gets the DCP 2 pair
 #               and maybe DCP 8 without the fix);

@@ -2,7 +2,7 @@
 # On the GPU host after install-on-gpu-host.sh: several issues' resumable GPU jobs as one queue within one lease's
 # budget, each item given what is left (run it under scripts/gpu/detached.sh so that it outlives one call):
 #   queue.sh BUDGET_SECONDS ISSUE:TASK...   e.g.  queue.sh 1000 38:starts 39:correct 39:profile 38:ab
-# runs scripts/gpu/issue38.sh / issue39.sh with each task in turn (their own environment: RESUME_FROM, ROUNDS,
+# runs scripts/gpu/issue38.sh / issue39.sh with each task in turn (their own environment: RESUME38, RESUME39, ROUNDS,
 # CAPTURES...; a finished task is skipped, one cut by the budget resumes on the next lease). The results stay in
 # /tmp/res38, /tmp/res39; `queue.sh collect` (the calls' COLLECT) puts their tarballs in $OUT.
 set -uo pipefail
