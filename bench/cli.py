@@ -78,6 +78,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         time_budget_s=args.time_budget,
         prompt_salt=args.prompt_salt,
         starts=args.starts,
+        warm_start=args.warm_start,
     )
     if args.dry_run:
         print(dry_run(request))
@@ -279,6 +280,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         calibrate=args.calibrate,
         max_rounds=args.max_rounds,
         resume=args.resume,
+        warm_start=args.warm_start,
     )
 
 

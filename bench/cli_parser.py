@@ -103,6 +103,13 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         "stated precision, its noise budget, speedups paired by start (default: the profile's run.starts, 1)",
     )
     sweep.add_argument(
+        "--warm-start",
+        action="store_true",
+        help="first start each engine config's server once and stop it when it answers, measuring nothing "
+        "(OUT/warm-start): no measured server is then the machine's first or the one that compiled its graphs "
+        "(with BENCH_VLLM_CACHE sharing vLLM's compile cache); costs one server start per engine config",
+    )
+    sweep.add_argument(
         "--prompt-salt",
         help="name every prompt with this salt instead of a new one (a manifest's prompt_salt: the same prompts "
         "again; `bench ab` gives both sides of a round one salt)",
@@ -278,6 +285,13 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
         "round; at least 3). Default: the rounds planned from the noise (--expected-noise, else this machine's "
         "--calibrate of the profile, else 6.3%%) for an A/A to pass --max-effect with 80%% probability for one gated test; with "
         "--max-rounds, 3 (looks from the third round on). A resumed A/B keeps its locked design (OUT/design.json)",
+    )
+    ab.add_argument(
+        "--warm-start",
+        action="store_true",
+        help="before the first side this call runs, start each server once unmeasured (`sweep --warm-start`): no "
+        "round's server is then the machine's first or the one that compiled its graphs (a resume on a new GPU "
+        "lease is a fresh machine); costs one server start a call",
     )
     ab.add_argument(
         "--max-rounds",

@@ -144,6 +144,7 @@ def run_ab(
     calibrate: bool = False,
     max_rounds: int | None = None,
     resume: bool = False,
+    warm_start: bool = False,
 ) -> int:
     """Each round starts one server per engine config on each side: rounds = server starts a side, the unit of
     the comparison, paired by round unless `paired` is False. `rounds` None: planned (`plan_design`) from the
@@ -156,9 +157,13 @@ def run_ab(
     looks.json and compare.md.
     `ray`: each sweep runs on that cluster (`sweep --ray`; bench.distributed.ab_rounds says what else).
     `resume`: continue the A/B already in `out` (a run cut by a time limit): each round's sweep resumes where it
-    stopped (`sweep --resume`: a finished one starts no server), so only what is missing runs."""
+    stopped (`sweep --resume`: a finished one starts no server), so only what is missing runs.
+    `warm_start`: the first side this call runs starts each server once unmeasured first (`sweep --warm-start`), so
+    that no round's server is the machine's first or the one that compiled (a new lease is a fresh machine)."""
     if calibrate and b != a:  # its spread would be stored as this machine's noise, the A/B's effect included
         raise BenchError("ab --calibrate runs an A/A of the baseline: give no --candidate (calibrate, then compare)")
+    if warm_start and ray is not None:
+        raise BenchError("ab --warm-start is for rounds on this machine, not with --ray")
     if ray is not None:
         from bench.distributed import ab_rounds
 
@@ -226,7 +231,8 @@ def run_ab(
     ab_salt(out, planned.profile.run.prompt_salt)  # after the design's checks: a refused A/B writes nothing
     for side, env in (("baseline", a), ("candidate", b)):  # what this A/B set per side, for compare.md
         write_ab_side(out / side, AbSide(python=env.python, patch=env.patch, variables=dict(env.variables)))
-    result, looks = _run_rounds(max_rounds or rounds, levels, alpha, gate, a, b, out, profile, repeat, ray)
+    warm = [warm_start]  # spent by the first side this call runs (_round)
+    result, looks = _run_rounds(max_rounds or rounds, levels, alpha, gate, a, b, out, profile, repeat, ray, warm)
     code = _write_compare(out, result, looks, ray)
     if calibrate:
         _store_calibration(out, profile_key, alpha, max_effect)
@@ -314,6 +320,7 @@ def _run_rounds(
     profile: str,
     repeat: int,
     ray: str | None,
+    warm: list[bool],
 ) -> tuple[dict, list[dict]]:
     """Run the rounds; after each round that has a look, judge at its level and stop at the first that decides
     (regression or pass) or is futile (`futile`, before the last look). Returns the last judgement (at `alpha`
@@ -326,7 +333,7 @@ def _run_rounds(
     looks: list[dict] = []
     result: dict | None = None
     for r in range(total):
-        _round(r, total, a, b, out, profile, repeat, ray)
+        _round(r, total, a, b, out, profile, repeat, ray, warm)
         if (level := levels.get(r + 1)) is None:
             continue
         result = judge(level)
@@ -456,7 +463,9 @@ def set_aside_other_machine(out: Path, r: int) -> list[Path]:
     return moved
 
 
-def _round(r: int, total: int, a: Env, b: Env, out: Path, profile: str, repeat: int, ray: str | None) -> None:
+def _round(
+    r: int, total: int, a: Env, b: Env, out: Path, profile: str, repeat: int, ray: str | None, warm: list[bool]
+) -> None:
     """Round r: both sides' sweeps, in the order A B on even rounds and B A on odd ones, sent the same prompts
     (one salt a round: `round_salt`), so that a text workload's sides get the same conversations."""
     from bench.distributed import ab_rounds
@@ -469,6 +478,8 @@ def _round(r: int, total: int, a: Env, b: Env, out: Path, profile: str, repeat: 
             raise BenchError(f"could not set {env.label()} before round {r}")
         round_dir = out / side / f"round-{r}"
         resume = (round_dir / "manifest.json").exists()  # `ab --resume`: only what that sweep lacks runs
+        warm_here = warm[0] and not _measured_machines(round_dir)[1]  # a finished side starts no server
+        warm[0] = warm[0] and not warm_here
         print(
             f"round {r + 1}/{total}: {side} ({env.label()}){' resumed' if resume else ''}", file=sys.stderr, flush=True
         )
@@ -480,6 +491,7 @@ def _round(r: int, total: int, a: Env, b: Env, out: Path, profile: str, repeat: 
                 "--out",
                 str(round_dir),
                 *(["--resume"] if resume else []),
+                *(["--warm-start"] if warm_here else []),
                 "--quiet",
                 "--repeat",
                 str(repeat),

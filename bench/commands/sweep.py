@@ -30,7 +30,7 @@ from bench.load.prompts import new_salt
 from bench.results.environment import collect_environment
 from bench.results.records import PointRecord, new_point
 from bench.results.store import SweepStore
-from bench.run.executor import SweepContext, run_engine
+from bench.run.executor import SweepContext, run_engine, warm_starts
 from bench.run.progress import Progress, base_record
 
 if TYPE_CHECKING:
@@ -74,6 +74,7 @@ class SweepRequest:
         None  # names every prompt instead of a new salt (bench.load.prompts; `ab` shares a round's)
     )
     starts: int | None = None  # server starts per engine config instead of the profile's [run] starts
+    warm_start: bool = False  # each engine's server started and stopped once first, unmeasured (executor.warm_starts)
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,12 @@ def sweep(request: SweepRequest) -> SweepOutcome:
         ray_pins=pins,
         time_budget_s=request.time_budget_s,
     )
+    if request.warm_start:
+        if request.ray is not None or request.profile_points:
+            raise BenchError("--warm-start is for a sweep on this machine without --ray or --profile-points")
+        progress = Progress(0, request.quiet)
+        warm_starts(plan, Path(out) / "warm-start", options.extra_env, options.draft_keys, progress)
+        progress.close()
     starts = request.starts or plan.profile.run.starts
     if starts > 1:
         return _sweep_starts(plan, Path(out), options, starts)

@@ -10,6 +10,7 @@ records, not exceptions that end the sweep; Ctrl-C and SIGTERM do end it, and th
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import time
@@ -83,6 +84,39 @@ class RunningEngine:
     info: dict  # argv, start time, seconds to ready, pids, log: the record's "server"
     model: str = SERVED_NAME  # the served model name requests ask for
     request_spec: bool = False  # the server reports each request's acceptance (acceptance per category from it)
+
+
+def warm_starts(
+    plan: Plan, root: Path, extra_env: Mapping[str, str], draft_keys: str, progress: Progress
+) -> list[dict]:
+    """Each engine config's server started once and stopped as soon as it answers, measuring nothing, before the
+    measured starts (`sweep --warm-start`, `ab --warm-start`): so that no measured server is the machine's first or
+    the one that compiled its graphs (with the compile cache shared, BENCH_VLLM_CACHE: the GPU scripts set it). On
+    two H100s of 2026-12-07 the FLASHMLA server that compiled, each its machine's first, stepped 5.1% and 5.7% slower
+    than a later one that loaded (docs/measurement.md). Logs and the outcome of each (`warm.json`) go to `root`."""
+    store = SweepStore(root)
+    root.mkdir(parents=True, exist_ok=True)
+    earlier = json.loads((root / "warm.json").read_text()) if (root / "warm.json").exists() else []  # a resume's
+    done = []
+    for engine, points in plan.groups:
+        spec, _ = server_spec(engine, store, plan.flavor, extra_env, draft_keys)
+        text = any(p.workload.is_text for p in points)
+        spec.argv += request_spec_args(engine.num_speculative_tokens, engine.serve_args, text)
+        if text:
+            spec.env.update(TEXT_SERVER_ENV)
+        progress.say(f"warm start of {engine.id} (measures nothing): {' '.join(spec.argv[3:])}")
+        server, started = Server(spec), now()
+        entry: dict = {"engine_id": engine.id, "started": started, "log": str(spec.log_path.relative_to(root))}
+        try:
+            entry |= {"status": "ok", "ready_s": server.start(plan.profile.run.startup_timeout_s)}
+        except ServerFailed as exc:  # the measured start will fail the same way and say so in its points
+            entry |= {"status": "failed", "reason": exc.reason, "detail": exc.detail}
+        finally:
+            server.stop()
+        progress.say(f"warm start of {engine.id}: {entry['status']} after {fmt(entry.get('ready_s'), '.0f')} s")
+        done.append(entry)
+        atomic_write_json(root / "warm.json", [*earlier, *done])
+    return done
 
 
 def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> None:

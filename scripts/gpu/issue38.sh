@@ -29,6 +29,9 @@ profile=${PROFILE:-profiles/kimi-k2.6-rank-$card-starts.toml}
 ab_profile=${AB_PROFILE:-profiles/kimi-k2.6-rank-$card-ab.toml}
 echo "== card: $card ($mib MiB): $profile, $ab_profile"
 max_rounds=(); [ -n "${MAX_ROUNDS:-}" ] && max_rounds=(--max-rounds "$MAX_ROUNDS")
+# WARM=0 leaves it out: each call's first server starts once unmeasured (the first on a fresh machine compiled, and
+# ran 5-6% slower twice on 2026-12-07's H100s: docs/measurement.md)
+warm=--warm-start; [ "${WARM:-1}" = 0 ] && warm=
 py=$(command -v python)
 res=/tmp/res38
 # RESUME38: an issue38.tgz an earlier lease brought back (carried in .gpu/), or a committed starts folder (e.g.
@@ -58,13 +61,13 @@ for task in "$@"; do
   case $task in
     starts)
       resume=(); [ -d $res/starts ] && resume=(--resume)
-      timeout -s TERM $left python -m bench sweep $profile --out $res/starts "${resume[@]}" >> $res/starts.log 2>&1 ;;
+      timeout -s TERM $left python -m bench sweep $profile --out $res/starts "${resume[@]}" $warm >> $res/starts.log 2>&1 ;;
     ab|aa)
       extra=(); resume=()
       [ "$task" = ab ] && extra=(--candidate-env "BENCH_STEP_DELAY_MS=$delay")
       [ -d $res/$task ] && resume=(--resume)
       timeout -s TERM $left python -m bench ab $ab_profile --baseline "$py" --candidate "$py" --rounds "$rounds" \
-        "${max_rounds[@]}" --max-effect "$max_effect" --out $res/$task "${resume[@]}" "${extra[@]}" \
+        "${max_rounds[@]}" --max-effect "$max_effect" --out $res/$task "${resume[@]}" "${extra[@]}" $warm \
         >> $res/$task.log 2>&1 ;;
     *) echo "unknown task $task" >&2; exit 2 ;;
   esac

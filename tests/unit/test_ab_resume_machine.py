@@ -54,3 +54,23 @@ def test_a_finished_round_stays_whatever_machine_ran_it(tmp_path):
     _copy_round(tmp_path, "candidate", other)
     assert ab.set_aside_other_machine(tmp_path, 0) == []
     assert (tmp_path / "baseline" / "round-0").exists()
+
+
+def test_warm_start_goes_to_the_first_side_this_call_runs_and_only_to_it(tmp_path, monkeypatch):
+    """`ab --warm-start`: the first side that still has to run gets `sweep --warm-start` (a finished side starts no
+    server, so it is passed over), and no later side does."""
+    calls = []
+    monkeypatch.setattr(ab, "_run", lambda env, args: calls.append(args) or 0)
+    _copy_round(tmp_path, "baseline", host_identity())  # round 0's baseline finished here
+    env = ab.Env(python="python", patch=None)
+    warm = [True]
+    ab._round(0, 2, env, env, tmp_path, "p.toml", 1, None, warm)
+    ab._round(1, 2, env, env, tmp_path, "p.toml", 1, None, warm)
+    sides = [(c[c.index("--out") + 1].split("/")[-2:], "--warm-start" in c) for c in calls]
+    assert sides == [
+        (["baseline", "round-0"], False),
+        (["candidate", "round-0"], True),
+        (["candidate", "round-1"], False),
+        (["baseline", "round-1"], False),
+    ]
+    assert warm == [False]
