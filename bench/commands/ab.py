@@ -464,7 +464,15 @@ def set_aside_other_machine(out: Path, r: int) -> list[Path]:
 
 
 def _round(
-    r: int, total: int, a: Env, b: Env, out: Path, profile: str, repeat: int, ray: str | None, warm: list[bool]
+    r: int,
+    total: int,
+    a: Env,
+    b: Env,
+    out: Path,
+    profile: str,
+    repeat: int,
+    ray: str | None,
+    warm: list[bool] | None = None,
 ) -> None:
     """Round r: both sides' sweeps, in the order A B on even rounds and B A on odd ones, sent the same prompts
     (one salt a round: `round_salt`), so that a text workload's sides get the same conversations."""
@@ -478,8 +486,9 @@ def _round(
             raise BenchError(f"could not set {env.label()} before round {r}")
         round_dir = out / side / f"round-{r}"
         resume = (round_dir / "manifest.json").exists()  # `ab --resume`: only what that sweep lacks runs
-        warm_here = warm[0] and not _measured_machines(round_dir)[1]  # a finished side starts no server
-        warm[0] = warm[0] and not warm_here
+        warm_here = bool(warm and warm[0]) and not _measured_machines(round_dir)[1]  # a finished side starts none
+        if warm and warm_here:
+            warm[0] = False
         print(
             f"round {r + 1}/{total}: {side} ({env.label()}){' resumed' if resume else ''}", file=sys.stderr, flush=True
         )
