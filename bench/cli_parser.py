@@ -289,9 +289,9 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
     ab.add_argument(
         "--warm-start",
         action="store_true",
-        help="before the first side this call runs, start each server once unmeasured (`sweep --warm-start`): no "
-        "round's server is then the machine's first or the one that compiled its graphs (a resume on a new GPU "
-        "lease is a fresh machine); costs one server start a call",
+        help="each side's first sweep this call runs starts its servers once unmeasured first (`sweep "
+        "--warm-start`): no round's server is then the machine's first or the one that compiled its graphs (a "
+        "resume on a new GPU lease is a fresh machine); costs one server start a side and call",
     )
     ab.add_argument(
         "--max-rounds",

@@ -158,8 +158,9 @@ def run_ab(
     `ray`: each sweep runs on that cluster (`sweep --ray`; bench.distributed.ab_rounds says what else).
     `resume`: continue the A/B already in `out` (a run cut by a time limit): each round's sweep resumes where it
     stopped (`sweep --resume`: a finished one starts no server), so only what is missing runs.
-    `warm_start`: the first side this call runs starts each server once unmeasured first (`sweep --warm-start`), so
-    that no round's server is the machine's first or the one that compiled (a new lease is a fresh machine)."""
+    `warm_start`: each side's first sweep this call runs starts its servers once unmeasured first (`sweep
+    --warm-start`), so that no round's server is the machine's first or the one that compiled (a new lease is a
+    fresh machine)."""
     if calibrate and b != a:  # its spread would be stored as this machine's noise, the A/B's effect included
         raise BenchError("ab --calibrate runs an A/A of the baseline: give no --candidate (calibrate, then compare)")
     if warm_start and ray is not None:
@@ -231,7 +232,7 @@ def run_ab(
     ab_salt(out, planned.profile.run.prompt_salt)  # after the design's checks: a refused A/B writes nothing
     for side, env in (("baseline", a), ("candidate", b)):  # what this A/B set per side, for compare.md
         write_ab_side(out / side, AbSide(python=env.python, patch=env.patch, variables=dict(env.variables)))
-    warm = [warm_start]  # spent by the first side this call runs (_round)
+    warm = {"baseline": warm_start, "candidate": warm_start}  # each spent by that side's first run this call
     result, looks = _run_rounds(max_rounds or rounds, levels, alpha, gate, a, b, out, profile, repeat, ray, warm)
     code = _write_compare(out, result, looks, ray)
     if calibrate:
@@ -320,7 +321,7 @@ def _run_rounds(
     profile: str,
     repeat: int,
     ray: str | None,
-    warm: list[bool],
+    warm: dict[str, bool],
 ) -> tuple[dict, list[dict]]:
     """Run the rounds; after each round that has a look, judge at its level and stop at the first that decides
     (regression or pass) or is futile (`futile`, before the last look). Returns the last judgement (at `alpha`
@@ -472,7 +473,7 @@ def _round(
     profile: str,
     repeat: int,
     ray: str | None,
-    warm: list[bool] | None = None,
+    warm: dict[str, bool] | None = None,
 ) -> None:
     """Round r: both sides' sweeps, in the order A B on even rounds and B A on odd ones, sent the same prompts
     (one salt a round: `round_salt`), so that a text workload's sides get the same conversations."""
@@ -480,15 +481,18 @@ def _round(
 
     salt = round_salt(out, r)
     order = [("baseline", a), ("candidate", b)] if r % 2 == 0 else [("candidate", b), ("baseline", a)]
-    set_aside_other_machine(out, r)
+    if ray is None:  # on Ray the sessions are the driver's; the nodes that measure are pinned (--ray-same-nodes)
+        set_aside_other_machine(out, r)
     for side, env in order:
         if env.patch and _run(env, ["patch", *env.patch_args()]) != 0:
             raise BenchError(f"could not set {env.label()} before round {r}")
         round_dir = out / side / f"round-{r}"
         resume = (round_dir / "manifest.json").exists()  # `ab --resume`: only what that sweep lacks runs
-        warm_here = bool(warm and warm[0]) and not _measured_machines(round_dir)[1]  # a finished side starts none
+        # each side's first sweep this call that starts a server (a finished one starts none): the sides may differ
+        # in what vLLM's compile cache hashes (a patch, a VLLM_* variable), so each warms its own
+        warm_here = bool(warm and warm.get(side)) and not _measured_machines(round_dir)[1]
         if warm and warm_here:
-            warm[0] = False
+            warm[side] = False
         print(
             f"round {r + 1}/{total}: {side} ({env.label()}){' resumed' if resume else ''}", file=sys.stderr, flush=True
         )

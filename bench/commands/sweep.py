@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import fcntl
 import logging
+import os
 import signal
 import time
 from collections.abc import Iterator, Mapping
@@ -24,13 +25,13 @@ from bench.core.clock import now
 from bench.core.errors import BenchError
 from bench.distributed.placement import NSYS_ON_NODE, is_cluster_outcome
 from bench.engine.bandwidth import manifest_entry
-from bench.engine.launch import describe_plan, prompt_ids, refused_commands
+from bench.engine.launch import CACHE_ENV, describe_plan, prompt_ids, refused_commands
 from bench.engine.server import stop_leftover_servers
 from bench.load.prompts import new_salt
 from bench.results.environment import collect_environment
 from bench.results.records import PointRecord, new_point
 from bench.results.store import SweepStore
-from bench.run.executor import SweepContext, run_engine, warm_starts
+from bench.run.executor import WARM_RECORD, SweepContext, run_engine, warm_starts
 from bench.run.progress import Progress, base_record
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class SweepOptions:
     ray: str | None = None  # run the engine configs on the Ray cluster at this address (bench.distributed)
     ray_pins: Mapping[str, str] = field(default_factory=dict)  # engine id -> the only node id it may run on
     time_budget_s: float | None = None  # stop cleanly by then: no start that cannot fit, windows cut at the end
+    warm_start: bool = False  # each engine with points to run started once unmeasured first (executor.warm_starts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,13 +127,10 @@ def sweep(request: SweepRequest) -> SweepOutcome:
         ray=request.ray,
         ray_pins=pins,
         time_budget_s=request.time_budget_s,
+        warm_start=request.warm_start,
     )
-    if request.warm_start:
-        if request.ray is not None or request.profile_points:
-            raise BenchError("--warm-start is for a sweep on this machine without --ray or --profile-points")
-        progress = Progress(0, request.quiet)
-        warm_starts(plan, Path(out) / "warm-start", options.extra_env, options.draft_keys, progress)
-        progress.close()
+    if request.warm_start and (request.ray is not None or request.profile_points):
+        raise BenchError("--warm-start is for a sweep on this machine without --ray or --profile-points")
     starts = request.starts or plan.profile.run.starts
     if starts > 1:
         return _sweep_starts(plan, Path(out), options, starts)
@@ -156,6 +155,8 @@ def _sweep_starts(plan: Plan, out: Path, options: SweepOptions, starts: int) -> 
     if options.time_budget_s is not None:
         raise BenchError("--starts with --time-budget: give each start its own run (--starts 1 --out .../start-k)")
     out.mkdir(parents=True, exist_ok=True)
+    if not os.environ.get(CACHE_ENV) and CACHE_ENV not in options.extra_env:  # one compile cache over the starts,
+        options = replace(options, extra_env={**options.extra_env, CACHE_ENV: str(out / "vllm-cache")})  # as served
     counts = {"ok": 0, "failed": 0, "skipped": 0}
     left = 0
     for k in range(1, starts + 1):
@@ -166,6 +167,8 @@ def _sweep_starts(plan: Plan, out: Path, options: SweepOptions, starts: int) -> 
             raise BenchError(f"{root} already holds a start: pass --resume to continue, or another --out")
         log.info("start %d of %d -> %s", k, starts, root)
         store = run_sweep(replace(plan, groups=order), root, replace(options, resume=done_before))
+        if (root / WARM_RECORD).exists():  # the first start that had work warmed the servers: the cache is shared
+            options = replace(options, warm_start=False)
         records = store.records()
         for p in records.values():
             counts[p.status] = counts.get(p.status, 0) + 1
@@ -270,6 +273,8 @@ def _run_points(plan: Plan, store: SweepStore, existing: dict[str, PointRecord],
     )
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
+        if options.warm_start and todo and options.ray is None and options.capture is None:
+            warm_starts(ctx, todo)  # after the checks, under the driver lock, inside the time budget
         if options.ray is not None:
             from bench.distributed.driver import run_on_ray
 

@@ -79,6 +79,7 @@ def prompt_ids(target: str) -> Sequence[int]:
     return prompt_vocab(target).allowed()
 
 
+CACHE_ENV = "BENCH_VLLM_CACHE"  # where vLLM's compile cache lives (VLLM_CACHE_ROOT of every server)
 TEXT_SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 """What a server with text points gets (bench.run.executor.run_engine): vLLM's dev endpoints, for POST
 /reset_prefix_cache before each text trial (bench.run.trial.reset_prefix_cache)."""
@@ -99,9 +100,10 @@ def server_spec(
     port = free_port()
     argv = engine_argv(engine, target, draft, load_format, port, draft_keys)
     run_dir = store.root / "run" / engine.id
-    # BENCH_VLLM_CACHE shares vLLM's compile cache across sweeps too (A/B rounds of one config start faster).
-    cache = Path(os.environ.get("BENCH_VLLM_CACHE") or store.root / "run" / "vllm-cache")
-    extra = dict(extra_env or {})
+    # BENCH_VLLM_CACHE shares vLLM's compile cache across sweeps too (A/B rounds of one config start faster); a
+    # sweep's own extra_env may set it (`--starts`: one cache over the starts).
+    extra: dict[str, str] = dict(extra_env or {})
+    cache = Path(extra.pop(CACHE_ENV, "") or os.environ.get(CACHE_ENV) or store.root / "run" / "vllm-cache")
     if engine.dcp_loopback:  # the plugin installs the loopback DCP group in every vLLM process of this server
         extra[dcp_loopback.ENV] = str(engine.dcp_size)
     env = server_env(run_dir, extra, cache_dir=cache)

@@ -92,8 +92,9 @@ def point_sessions(manifest: dict, points: dict[str, PointRecord]) -> dict[str, 
     starts = [s.get("time") or "" for s in manifest.get("sessions") or []]
     out = {}
     for pid, record in points.items():
-        if record.status in ("ok", "failed") and record.started and starts:
-            out[pid] = max([0] + [i for i, t in enumerate(starts) if t and t <= record.started])
+        when = record.started or record.finished  # a point failed at its server's start has no `started`
+        if record.status in ("ok", "failed") and when and starts:
+            out[pid] = max([0] + [i for i, t in enumerate(starts) if t and t <= when])
     return out
 
 

@@ -37,7 +37,7 @@ SCHEMA_VERSION = 2  # what changed from 1: bench/results/migrate.py
 class Open(BaseModel):
     """Known fields typed and checked; fields not declared are kept (extra="allow")."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", ser_json_inf_nan="constants")  # NaN / inf kept as json.dumps writes them
 
 
 class Summary(Open):

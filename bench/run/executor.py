@@ -24,7 +24,7 @@ from bench.core.clock import now
 from bench.core.files import atomic_write_json
 from bench.core.fmt import fmt
 from bench.engine.launch import REQUEST_SPEC_FLAG, SERVED_NAME, TEXT_SERVER_ENV, request_spec_args, server_spec
-from bench.engine.server import Server, ServerFailed
+from bench.engine.server import Server, ServerFailed, ServerSpec
 from bench.load import http_client
 from bench.measure import metrics as M
 from bench.measure.effective import clear_records, load_records, mismatches, read_effective, record_env
@@ -86,45 +86,47 @@ class RunningEngine:
     request_spec: bool = False  # the server reports each request's acceptance (acceptance per category from it)
 
 
-def warm_starts(
-    plan: Plan, root: Path, extra_env: Mapping[str, str], draft_keys: str, progress: Progress
-) -> list[dict]:
-    """Each engine config's server started once and stopped as soon as it answers, measuring nothing, before the
-    measured starts (`sweep --warm-start`, `ab --warm-start`): so that no measured server is the machine's first or
-    the one that compiled its graphs (with the compile cache shared, BENCH_VLLM_CACHE: the GPU scripts set it). On
-    two H100s of 2026-12-07 the FLASHMLA server that compiled, each its machine's first, stepped 5.1% and 5.7% slower
-    than a later one that loaded (docs/measurement.md). Logs and the outcome of each (`warm.json`) go to `root`."""
-    store = SweepStore(root)
-    root.mkdir(parents=True, exist_ok=True)
-    earlier = json.loads((root / "warm.json").read_text()) if (root / "warm.json").exists() else []  # a resume's
-    done = []
-    for engine, points in plan.groups:
-        spec, _ = server_spec(engine, store, plan.flavor, extra_env, draft_keys)
-        text = any(p.workload.is_text for p in points)
-        spec.argv += request_spec_args(engine.num_speculative_tokens, engine.serve_args, text)
-        if text:
-            spec.env.update(TEXT_SERVER_ENV)
-        progress.say(f"warm start of {engine.id} (measures nothing): {' '.join(spec.argv[3:])}")
+WARM_RECORD = "warm-start.json"  # in the results directory: the warm starts a sweep made (executor.warm_starts)
+
+
+def warm_starts(ctx: SweepContext, todo: Sequence[tuple[EngineConfig, list[Point]]]) -> list[dict]:
+    """Each engine config in `todo` has its server started once and stopped as soon as it answers, measuring nothing,
+    before the measured starts (`sweep --warm-start`, `ab --warm-start`): so that no measured server is the machine's
+    first or the one that compiled its graphs. On two H100s of 2026-12-07 the FLASHMLA server that compiled, each its
+    machine's first, stepped 5.1% and 5.7% slower than a later one that loaded (docs/measurement.md). The same
+    command, environment and compile cache as the measured server (`engine_spec`), its launch logged in the same log;
+    what each did in OUT/warm-start.json."""
+    path = ctx.store.root / WARM_RECORD
+    done = json.loads(path.read_text()) if path.exists() else []  # a resume's earlier ones stay
+    for engine, points in todo:
+        if not ctx.can_start(server=True):
+            ctx.progress.say(f"time budget: {ctx.time_left():.0f} s left, no warm start of {engine.id}")
+            break
+        spec, _, _ = engine_spec(ctx, engine, points)
+        ctx.progress.say(f"warm start of {engine.id} (measures nothing)")
         server, started = Server(spec), now()
-        entry: dict = {"engine_id": engine.id, "started": started, "log": str(spec.log_path.relative_to(root))}
+        entry: dict = {
+            "engine_id": engine.id,
+            "started": started,
+            "log": str(spec.log_path.relative_to(ctx.store.root)),
+        }
         try:
-            entry |= {"status": "ok", "ready_s": server.start(plan.profile.run.startup_timeout_s)}
+            entry |= {"status": "ok", "ready_s": server.start(ctx.plan.profile.run.startup_timeout_s)}
         except ServerFailed as exc:  # the measured start will fail the same way and say so in its points
             entry |= {"status": "failed", "reason": exc.reason, "detail": exc.detail}
         finally:
             server.stop()
-        progress.say(f"warm start of {engine.id}: {entry['status']} after {fmt(entry.get('ready_s'), '.0f')} s")
+        ctx.progress.say(f"warm start of {engine.id}: {entry['status']} after {fmt(entry.get('ready_s'), '.0f')} s")
         done.append(entry)
-        atomic_write_json(root / "warm.json", [*earlier, *done])
+        atomic_write_json(path, done)
     return done
 
 
-def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> None:
-    """Start the server for `engine`, run `points` on it, stop it; every point ends up with a record, unless the
-    time budget leaves no room for the start (checked before the server's spec, which may generate models)."""
-    if not ctx.can_start(server=True):
-        ctx.progress.say(f"time budget: {ctx.time_left():.0f} s left, not starting the server of {len(points)} points")
-        return
+def engine_spec(
+    ctx: SweepContext, engine: EngineConfig, points: list[Point]
+) -> tuple[ServerSpec, Sequence[int], list[str]]:
+    """The server command and environment for `engine` serving `points` (and its prompts' token ids, and the
+    per-request acceptance flag it was given, if any)."""
     spec, vocab = server_spec(engine, ctx.store, ctx.plan.flavor, ctx.server_env(engine.id), ctx.draft_keys)
     spec.argv += ctx.server_args
     text = any(p.workload.is_text for p in points)
@@ -133,6 +135,16 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
         spec.env.update(TEXT_SERVER_ENV)
     if ctx.capture:
         spec.argv = ctx.capture.wrap(spec.argv, engine.id)
+    return spec, vocab, flag
+
+
+def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> None:
+    """Start the server for `engine`, run `points` on it, stop it; every point ends up with a record, unless the
+    time budget leaves no room for the start (checked before the server's spec, which may generate models)."""
+    if not ctx.can_start(server=True):
+        ctx.progress.say(f"time budget: {ctx.time_left():.0f} s left, not starting the server of {len(points)} points")
+        return
+    spec, vocab, flag = engine_spec(ctx, engine, points)
     server = Server(spec)
     ctx.progress.starting(points[0], " ".join(spec.argv[3:]), len(points))
     try:

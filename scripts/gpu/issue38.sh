@@ -41,7 +41,8 @@ if [ -n "${RESUME38:-}" ] && [ ! -d $res ]; then
   if [ -d "$RESUME38" ]; then mkdir -p $res/starts && cp -r "$RESUME38"/start-* $res/starts/; else tar xzf "$RESUME38" -C /tmp; fi
 fi
 mkdir -p $res
-[ -e /tmp/bench-patched ] || { python -m bench patch apply > $res/patch-apply.txt && touch /tmp/bench-patched; } || exit 1
+# every call (seconds): issue39.sh in the same lease may have left the series without one fix
+python -m bench patch apply >> $res/patch-apply.txt || exit 1
 python -m bench patch status > $res/patch-status.txt
 # GPU and host telemetry once a second beside the results (the H100 lease of 2026-12-07 found two FLASHMLA starts'
 # step p50 5% apart with none recorded): clocks, power, temperature, throttle reasons; /proc/stat's cpu line, CPU MHz

@@ -106,7 +106,11 @@ for task in "$@"; do
         IFS=: read -r n state <<< "$item"
         [ -e $res/profile/dcp$n-$state-fix/.done ] && continue
         set_patch $state || exit 1
-        capture "dcp$n-$state-fix" "$(points_of $dcp_prof $n 3 8x8192x256)" || { rc=$?; break; }
+        capture "dcp$n-$state-fix" "$(points_of $dcp_prof $n 3 8x8192x256)" || { rc=$?; [ $rc = 124 ] && break; }
+      done
+      # a capture that failed is tried again by the next lease (its log says why): not finished until all are done
+      for item in ${CAPTURES:-2:without 2:with 8:without 8:with 1:without}; do
+        IFS=: read -r n state <<< "$item"; [ -e $res/profile/dcp$n-$state-fix/.done ] || rc=124
       done
       done_caps=(); for d in $res/profile/dcp{1,2,8}-{without,with}-fix; do [ -e $d/.done ] && done_caps+=($d); done
       [ ${#done_caps[@]} -gt 0 ] && python -m bench profile shares "${done_caps[@]}" --out $res/profile \

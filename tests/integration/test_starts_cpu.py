@@ -13,7 +13,6 @@ import pytest
 
 from bench.patching import apply_series, locate_vllm
 from bench.report.starts import start_dirs
-from tests.conftest import processes_using
 from tests.helpers.streamed import stream
 
 pytestmark = pytest.mark.slow
@@ -79,13 +78,14 @@ def test_starts_report_and_its_rebuild(starts_run):
 
 
 def test_the_warm_start_ran_first_measured_nothing_and_stopped(starts_run):
+    """`--warm-start`: start 1 (the first with work) launched its server once before the measured one, in the same
+    log and compile cache; start 2 did not (one cache over the starts)."""
     out, _, lines = starts_run
-    warm = out / "warm-start"
-    (entry,) = json.loads((warm / "warm.json").read_text())
+    (entry,) = json.loads((out / "start-1" / "warm-start.json").read_text())
     assert entry["status"] == "ok" and entry["ready_s"] > 0
-    assert (warm / entry["log"]).read_text().count("# bench:") == 1, "one launch, logged as the sweep logs its own"
-    assert not (warm / "points").exists(), "it measures nothing"
+    assert (out / "start-1" / entry["log"]).read_text().count("# bench:") == 2, "the warm launch, then the measured"
+    assert not (out / "start-2" / "warm-start.json").exists()
     first = json.loads(next((out / "start-1" / "points").glob("*.json")).read_text())
     assert entry["engine_id"] == first["engine_id"] and entry["started"] < first["server"]["started"]
     assert any("warm start of" in line and ": ok after" in line for line in lines)
-    assert not processes_using(warm), "the warm server was stopped"
+    assert (out / "vllm-cache").is_dir(), "the starts share one compile cache"

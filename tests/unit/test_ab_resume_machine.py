@@ -56,21 +56,23 @@ def test_a_finished_round_stays_whatever_machine_ran_it(tmp_path):
     assert (tmp_path / "baseline" / "round-0").exists()
 
 
-def test_warm_start_goes_to_the_first_side_this_call_runs_and_only_to_it(tmp_path, monkeypatch):
-    """`ab --warm-start`: the first side that still has to run gets `sweep --warm-start` (a finished side starts no
-    server, so it is passed over), and no later side does."""
+def test_warm_start_goes_to_each_sides_first_run_in_this_call(tmp_path, monkeypatch):
+    """`ab --warm-start`: each side's first sweep this call runs gets `sweep --warm-start` (a finished side starts no
+    server, so it is passed over: the sides may differ in what vLLM's compile cache hashes), no later one."""
     calls = []
     monkeypatch.setattr(ab, "_run", lambda env, args: calls.append(args) or 0)
     _copy_round(tmp_path, "baseline", host_identity())  # round 0's baseline finished here
     env = ab.Env(python="python", patch=None)
-    warm = [True]
-    ab._round(0, 2, env, env, tmp_path, "p.toml", 1, None, warm)
-    ab._round(1, 2, env, env, tmp_path, "p.toml", 1, None, warm)
+    warm = {"baseline": True, "candidate": True}
+    for r in range(3):
+        ab._round(r, 3, env, env, tmp_path, "p.toml", 1, None, warm)
     sides = [(c[c.index("--out") + 1].split("/")[-2:], "--warm-start" in c) for c in calls]
     assert sides == [
         (["baseline", "round-0"], False),
         (["candidate", "round-0"], True),
         (["candidate", "round-1"], False),
-        (["baseline", "round-1"], False),
+        (["baseline", "round-1"], True),
+        (["baseline", "round-2"], False),
+        (["candidate", "round-2"], False),
     ]
-    assert warm == [False]
+    assert warm == {"baseline": False, "candidate": False}

@@ -138,3 +138,19 @@ def test_one_point_reads_through_the_same_checks_and_none_is_no_record(results):
     path.write_text(json.dumps({**record, "schema_version": 1}))
     with pytest.raises(BenchError, match="bench migrate"):
         store.point(path.stem)
+
+
+def test_nan_and_inf_in_undeclared_fields_survive_a_save(results):
+    """json.dumps writes NaN / Infinity; the models' JSON dump would write null for them outside typed float fields
+    (found in review): Open keeps them (ser_json_inf_nan)."""
+    import math
+
+    store = SweepStore(results)
+    path, _ = _first(store)
+    record = store.records()[path.stem]
+    record.added_afterwards = {"ratio": float("nan"), "rate": [float("inf")]}  # type: ignore[attr-defined]
+    store.save_point(record)
+    text = path.read_text()
+    assert "NaN" in text and "Infinity" in text
+    kept = store.records()[path.stem].model_extra["added_afterwards"]
+    assert math.isnan(kept["ratio"]) and kept["rate"] == [math.inf]
