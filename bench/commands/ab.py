@@ -480,6 +480,7 @@ def _round(
     from bench.distributed import ab_rounds
 
     salt = round_salt(out, r)
+    warm = {} if warm is None else warm
     order = [("baseline", a), ("candidate", b)] if r % 2 == 0 else [("candidate", b), ("baseline", a)]
     if ray is None:  # on Ray the sessions are the driver's; the nodes that measure are pinned (--ray-same-nodes)
         set_aside_other_machine(out, r)
@@ -490,8 +491,8 @@ def _round(
         resume = (round_dir / "manifest.json").exists()  # `ab --resume`: only what that sweep lacks runs
         # each side's first sweep this call that starts a server (a finished one starts none): the sides may differ
         # in what vLLM's compile cache hashes (a patch, a VLLM_* variable), so each warms its own
-        warm_here = bool(warm and warm.get(side)) and not _measured_machines(round_dir)[1]
-        if warm and warm_here:
+        warm_here = warm.get(side, False) and not _measured_machines(round_dir)[1]
+        if warm_here:
             warm[side] = False
         print(
             f"round {r + 1}/{total}: {side} ({env.label()}){' resumed' if resume else ''}", file=sys.stderr, flush=True

@@ -164,8 +164,9 @@ def read_starts(root: Path) -> Starts:
         # lists one state per launch, "-/compiled"; the last launch is the one that measured what the start holds.
         compiled = {e: _last_launch(c) for e, c in zip(servers.engine_id, servers.torch_compile)}
         points["torch_compile"] = [compiled.get(e) for e in points.engine_id]
-        sessions = store.manifest().get("sessions") or []
-        measured_by = point_sessions({"sessions": sessions}, records)
+        manifest = store.manifest()
+        sessions = manifest.get("sessions") or []
+        measured_by = point_sessions(manifest, records)
         points["machine"] = [
             machine_id(sessions[measured_by[p]]) if p in measured_by else None for p in points.point_id
         ]
@@ -293,8 +294,9 @@ def starts_view(read: Starts, summary: dict) -> decision.DecisionView | None:
     its speedup paired by start (bench.report.decision)."""
     if read.last_points is None:
         return None
-    machines = len((summary.get("machines") or {}).get("distinct") or [])
-    more = [decision.Caveat(f"{machines} machines", " ".join(machine_lines(summary)))] if machines > 1 else []
+    lines = machine_lines(summary)  # none on one machine
+    machines = len(summary["machines"]["distinct"]) if lines else 0
+    more = [decision.Caveat(f"{machines} machines", " ".join(lines))] if lines else []
     return decision.build_view(
         read.last_points,
         read.last_servers,

@@ -99,7 +99,7 @@ def point_sessions(manifest: dict, points: dict[str, PointRecord]) -> dict[str, 
 
 
 def machine_id(session: dict) -> str:
-    """Which machine a session ran on: its host name and boot id (bench.results.environment, from 2026-12-07), else
+    """Which machine a session ran on: its host name and boot id (`host_identity`, recorded from 2026-12-07), else
     (older records) its OS build and driver, which tell two machines apart only when they differ."""
     host = session.get("host") or {}
     if host.get("boot_id"):

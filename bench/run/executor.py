@@ -89,7 +89,7 @@ class RunningEngine:
 WARM_RECORD = "warm-start.json"  # in the results directory: the warm starts a sweep made (executor.warm_starts)
 
 
-def warm_starts(ctx: SweepContext, todo: Sequence[tuple[EngineConfig, list[Point]]]) -> list[dict]:
+def warm_starts(ctx: SweepContext, todo: Sequence[tuple[EngineConfig, list[Point]]]) -> None:
     """Each engine config in `todo` has its server started once and stopped as soon as it answers, measuring nothing,
     before the measured starts (`sweep --warm-start`, `ab --warm-start`): so that no measured server is the machine's
     first or the one that compiled its graphs. On two H100s of 2026-12-07 the FLASHMLA server that compiled, each its
@@ -119,7 +119,6 @@ def warm_starts(ctx: SweepContext, todo: Sequence[tuple[EngineConfig, list[Point
         ctx.progress.say(f"warm start of {engine.id}: {entry['status']} after {fmt(entry.get('ready_s'), '.0f')} s")
         done.append(entry)
         atomic_write_json(path, done)
-    return done
 
 
 def engine_spec(
