@@ -8,6 +8,7 @@ own draft keys (`--draft-keys upstream`), so the test holds whether or not the i
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 
 from bench.config.plan import plan_sweep
 from bench.patching import locate_vllm
+from bench.profiling.step_delay import ENV as STEP_DELAY
 from bench.results.store import SweepStore
 from tests.conftest import processes_using
 from tests.helpers.stored_records import stored_records
@@ -36,9 +38,13 @@ def vllm_cpu():
     return install
 
 
-def bench(*args: str) -> subprocess.Popen:
+def bench(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "bench", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-m", "bench", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -62,13 +68,15 @@ def test_a_killed_driver_leaves_no_server_and_resume_completes(vllm_cpu, tmp_pat
     engine, points = plan.groups[0]  # k = 2, draft KV auto: its two shapes on one server
     ids = [p.id for p in points]
     args = ["sweep", str(PROFILE), "--out", str(out), "--points", ",".join(ids), "--draft-keys", "upstream"]
-    driver, lines = bench(*args), []
+    # Every engine step busy-waits 100 ms (bench/profiling/step_delay.py): the point's 5 requests of 48 tokens take
+    # 20 s or more, so the kill lands mid-point on any machine (at full speed a busy CI host finished it first).
+    driver, lines = bench(*args, env={STEP_DELAY: "100"}), []
     try:
         for line in driver.stdout:
             lines.append(line.rstrip())
             if ": running" in line:
                 break
-        time.sleep(1.0)  # the warmup request is in flight
+        time.sleep(1.0)  # the warmup request is in flight (of 5 x 48 delayed steps)
         running = processes_using(out)
         assert len(running) >= 3, "\n".join(lines)  # guard, API server, engine core
         driver.send_signal(signal.SIGKILL)
@@ -81,6 +89,7 @@ def test_a_killed_driver_leaves_no_server_and_resume_completes(vllm_cpu, tmp_pat
         driver.communicate()
     log = SweepStore(out).log_path(engine.id)
     assert "bench guard: driver gone" in log.read_text()
+    assert "bench step delay: 100.00 ms" in log.read_text()  # the premise: the killed point was slowed
     assert not stored_records(SweepStore(out)), "the killed point has no record"
 
     rc, text = finish(bench(*args, "--resume"))
