@@ -79,6 +79,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         prompt_salt=args.prompt_salt,
         starts=args.starts,
         warm_start=args.warm_start,
+        check_outputs=args.check_outputs,
     )
     if args.dry_run:
         print(dry_run(request))
@@ -281,6 +282,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         max_rounds=args.max_rounds,
         resume=args.resume,
         warm_start=args.warm_start,
+        check_outputs=args.check_outputs,
     )
 
 

@@ -110,6 +110,15 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         "(with BENCH_VLLM_CACHE sharing vLLM's compile cache); costs one server start per engine config",
     )
     sweep.add_argument(
+        "--check-outputs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after each server starts, send N fixed prompts one at a time (greedy, the same in every run) and keep "
+        "the generated token ids in OUT/outputs/<engine id>.json; `bench compare` and `bench ab` then say whether "
+        "two runs generated the same tokens (default 0: none)",
+    )
+    sweep.add_argument(
         "--prompt-salt",
         help="name every prompt with this salt instead of a new one (a manifest's prompt_salt: the same prompts "
         "again; `bench ab` gives both sides of a round one salt)",
@@ -292,6 +301,15 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
         help="each side's first sweep this call runs starts its servers once unmeasured first (`sweep "
         "--warm-start`): no round's server is then the machine's first or the one that compiled its graphs (a "
         "resume on a new GPU lease is a fresh machine); costs one server start a side and call",
+    )
+    ab.add_argument(
+        "--check-outputs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="every round's sweeps record their servers' greedy outputs on N fixed prompts (`sweep --check-outputs`); "
+        "compare.md says whether the candidate generated the same tokens as the baseline, and how far the baseline's "
+        "own rounds agree (default 0: no check)",
     )
     ab.add_argument(
         "--max-rounds",

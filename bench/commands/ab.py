@@ -145,6 +145,7 @@ def run_ab(
     max_rounds: int | None = None,
     resume: bool = False,
     warm_start: bool = False,
+    check_outputs: int = 0,
 ) -> int:
     """Each round starts one server per engine config on each side: rounds = server starts a side, the unit of
     the comparison, paired by round unless `paired` is False. `rounds` None: planned (`plan_design`) from the
@@ -160,11 +161,15 @@ def run_ab(
     stopped (`sweep --resume`: a finished one starts no server), so only what is missing runs.
     `warm_start`: each side's first sweep this call runs starts its servers once unmeasured first (`sweep
     --warm-start`), so that no round's server is the machine's first or the one that compiled (a new lease is a
-    fresh machine)."""
+    fresh machine).
+    `check_outputs`: every round's sweeps record greedy outputs on that many fixed prompts (`sweep --check-outputs`);
+    compare.md compares them (bench.verdicts.outputs)."""
     if calibrate and b != a:  # its spread would be stored as this machine's noise, the A/B's effect included
         raise BenchError("ab --calibrate runs an A/A of the baseline: give no --candidate (calibrate, then compare)")
     if warm_start and ray is not None:
         raise BenchError("ab --warm-start is for rounds on this machine, not with --ray")
+    if check_outputs and ray is not None:
+        raise BenchError("ab --check-outputs is for rounds on this machine, not with --ray")
     if ray is not None:
         from bench.distributed import ab_rounds
 
@@ -233,7 +238,8 @@ def run_ab(
     for side, env in (("baseline", a), ("candidate", b)):  # what this A/B set per side, for compare.md
         write_ab_side(out / side, AbSide(python=env.python, patch=env.patch, variables=dict(env.variables)))
     warm = {"baseline": warm_start, "candidate": warm_start}  # each spent by that side's first run this call
-    result, looks = _run_rounds(max_rounds or rounds, levels, alpha, gate, a, b, out, profile, repeat, ray, warm)
+    extra = ["--check-outputs", str(check_outputs)] if check_outputs else []
+    result, looks = _run_rounds(max_rounds or rounds, levels, alpha, gate, a, b, out, profile, repeat, ray, warm, extra)
     code = _write_compare(out, result, looks, ray)
     if calibrate:
         _store_calibration(out, profile_key, alpha, max_effect)
@@ -322,6 +328,7 @@ def _run_rounds(
     repeat: int,
     ray: str | None,
     warm: dict[str, bool],
+    extra: list[str] | None = None,
 ) -> tuple[dict, list[dict]]:
     """Run the rounds; after each round that has a look, judge at its level and stop at the first that decides
     (regression or pass) or is futile (`futile`, before the last look). Returns the last judgement (at `alpha`
@@ -334,7 +341,7 @@ def _run_rounds(
     looks: list[dict] = []
     result: dict | None = None
     for r in range(total):
-        _round(r, total, a, b, out, profile, repeat, ray, warm)
+        _round(r, total, a, b, out, profile, repeat, ray, warm, extra or [])
         if (level := levels.get(r + 1)) is None:
             continue
         result = judge(level)
@@ -474,6 +481,7 @@ def _round(
     repeat: int,
     ray: str | None,
     warm: dict[str, bool] | None = None,
+    extra: list[str] | None = None,
 ) -> None:
     """Round r: both sides' sweeps, in the order A B on even rounds and B A on odd ones, sent the same prompts
     (one salt a round: `round_salt`), so that a text workload's sides get the same conversations."""
@@ -506,6 +514,7 @@ def _round(
                 str(round_dir),
                 *(["--resume"] if resume else []),
                 *(["--warm-start"] if warm_here else []),
+                *(extra or []),  # e.g. --check-outputs N
                 "--quiet",
                 "--repeat",
                 str(repeat),

@@ -52,6 +52,9 @@ class SweepOptions:
     ray_pins: Mapping[str, str] = field(default_factory=dict)  # engine id -> the only node id it may run on
     time_budget_s: float | None = None  # stop cleanly by then: no start that cannot fit, windows cut at the end
     warm_start: bool = False  # each engine with points to run started once unmeasured first (executor.warm_starts)
+    check_outputs: int = (
+        0  # greedy outputs on this many fixed prompts after each server start (executor.record_outputs)
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +80,7 @@ class SweepRequest:
     )
     starts: int | None = None  # server starts per engine config instead of the profile's [run] starts
     warm_start: bool = False  # each engine's server started and stopped once first, unmeasured (executor.warm_starts)
+    check_outputs: int = 0  # greedy outputs on this many fixed prompts after each server start (bench.load.outputs)
 
 
 @dataclass(frozen=True)
@@ -128,9 +132,12 @@ def sweep(request: SweepRequest) -> SweepOutcome:
         ray_pins=pins,
         time_budget_s=request.time_budget_s,
         warm_start=request.warm_start,
+        check_outputs=request.check_outputs,
     )
     if request.warm_start and (request.ray is not None or request.profile_points):
         raise BenchError("--warm-start is for a sweep on this machine without --ray or --profile-points")
+    if request.check_outputs and request.ray is not None:
+        raise BenchError("--check-outputs is for a sweep on this machine, not with --ray")
     starts = request.starts or plan.profile.run.starts
     if starts > 1:
         return _sweep_starts(plan, Path(out), options, starts)
@@ -270,6 +277,7 @@ def _run_points(plan: Plan, store: SweepStore, existing: dict[str, PointRecord],
         salt=salt,
         deadline=deadline,
         ready_s=[r.server.ready_s for r in existing.values() if r.server.ready_s],
+        check_outputs=options.check_outputs,
     )
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:

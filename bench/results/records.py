@@ -426,6 +426,21 @@ class EngineRecord(Open):
     tensor_parallel_size: int | None = None
 
 
+class OutputsRecord(Open):
+    """Greedy outputs of one server start on fixed prompts (bench.load.outputs; OUT/outputs/<engine id>.json, written
+    by bench.run.executor when a sweep runs with --check-outputs; compared by bench.verdicts.outputs)."""
+
+    record_version: int = 1
+    engine_id: str
+    started: str  # when that server start began (its points' server.started)
+    input_len: int
+    max_tokens: int
+    prompt_sha256: list[str]  # one per prompt sent (bench.load.outputs.prompt_digest)
+    outputs: list[list[int]]  # generated token ids per prompt answered, in order
+    error: str | None = None  # why the requests stopped early (the outputs hold those answered before)
+    seconds: float | None = None  # how long the requests took
+
+
 M = TypeVar("M", bound=BaseModel)
 
 

