@@ -40,8 +40,9 @@
 #            tracing, ~10-30 s), then nsys's SQLite export and the analysis (~60-150 s for ~110 steps x 61 layers);
 #            3 captures ~1,100-1,350 s; the 2 patched ones another ~700-900 s.
 #   sweep    ~300 s an engine (start ~150 s + an 8x8192 point ~85 s + an 8x2048 point ~70 s at max_window_s
-#            60), 16 engines: ~4,800 s, about three sessions. SWEEP_ORDER puts first what no lease has measured:
-#            FLASH_ATTN_MLA k = 3 (~1,200 s for its 4 DCP sizes), then FLASHMLA k = 3, then the k = 0 baselines.
+#            60), 16 engines: ~4,800 s, about three sessions. Cut: SWEEP_ORDER (default below) runs first k = 3 at
+#            DCP 2, 8, 1 on FLASH_ATTN_MLA (what no lease has measured), then on FLASHMLA (the same machine, so the
+#            two compare), then the k = 0 DCP 1 baselines: 8 engines, ~2,400 s; DCP 4 and the rest only after.
 #   ab       ~235 s a side a round (start ~150 s + a ~85 s point): 3 rounds x 2 sides ~1,400 s a DCP size,
 #            ~2,800 s for DCP 2 and 8 (about two sessions; `ab --resume` continues a round cut by the budget).
 # All four: ~9,000 s, five to six sessions. One lease's plan: `correct profile` (~1,450 s) first.
@@ -57,7 +58,9 @@ card=h200; [ "${mib:-0}" -lt 102400 ] && card=h100-l40
 echo "== card: $card ($mib MiB)"
 dcp_prof=profiles/kimi-k2.6-rank-$card-dcp.toml
 back_prof=profiles/kimi-k2.6-rank-$card-dcp-backends
-sweep_order=${SWEEP_ORDER:-"flashattn-mla:3:2,8,1,4 flashmla:3:2,8,1,4 flashattn-mla:0:1,2,8,4 flashmla:0:1,2,8,4"}
+# The cut (issue 39 item 2): k = 3 at DCP 2, 8 and 1 on both backends, then the k = 0 DCP 1 baselines (8 engines,
+# ~2,400 s: what "which backend and DCP size" needs); DCP 4 and the k = 0 DCP > 1 points only after them.
+sweep_order=${SWEEP_ORDER:-"flashattn-mla:3:2,8,1 flashmla:3:2,8,1 flashattn-mla:0:1 flashmla:0:1 flashattn-mla:3:4 flashmla:3:4 flashattn-mla:0:2,8,4 flashmla:0:2,8,4"}
 [ -n "${RESUME39:-}" ] && [ ! -d $res ] && tar xzf "$RESUME39" -C /tmp
 mkdir -p $res
 nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
