@@ -129,6 +129,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from bench.report.build import build_report
     from bench.report.starts import build_starts_report, start_dirs
 
+    if args.update and not args.check:
+        raise BenchError("report --update goes with --check (it rewrites what the check finds different)")
     if args.check:
         return _check_reports(args)
     slo = parse_slo(args.slo) if args.slo else None  # checked before anything is recomputed or written
@@ -149,16 +151,16 @@ def _check_reports(args: argparse.Namespace) -> int:
 
     if args.out or args.slo or args.recompute:
         raise BenchError("report --check rebuilds the committed reports as they are: no --out, --slo or --recompute")
-    checked = check_reports(args.sweep_dir)
+    checked = check_reports(args.sweep_dir, update=args.update)
     if not checked.reports:
         raise BenchError(f"{args.sweep_dir}: no results directory with a report/ and no folder of starts under it")
     for difference in checked.differences:
         print(difference)
     print(
         f"{args.sweep_dir}: {checked.reports} report(s), {checked.files} committed file(s) compared with their "
-        f"rebuild; {len(checked.differences)} differ"
+        f"rebuild; {len(checked.differences)} differ" + (" (rewritten: review the diff)" if args.update else "")
     )
-    return ExitCode.REPORT_DIFFERS if checked.differences else ExitCode.OK
+    return ExitCode.REPORT_DIFFERS if checked.differences and not args.update else ExitCode.OK
 
 
 def cmd_profile(args: argparse.Namespace) -> int:

@@ -412,3 +412,9 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
         help="write nothing: rebuild every report at or under SWEEP_DIR (e.g. reports/examples) into a temporary "
         "folder and compare it, byte for byte, with the committed files; exit 8 when one differs",
     )
+    report.add_argument(
+        "--update",
+        action="store_true",
+        help="with --check: write each rebuilt file that differs over the committed one (only files already "
+        "committed; plots within the check's tolerance are left as they are), after a deliberate change of a report",
+    )

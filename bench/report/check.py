@@ -1,7 +1,7 @@
 """`bench report --check`: every report under a folder (reports/examples: documentation that must stay what the code
 makes of its records) rebuilt into a temporary folder and compared with the committed files: text byte for byte,
 images as images. Only the files a rebuild writes are compared, and only where they are committed (an example may
-leave report.html out, or keep a screenshot beside it); nothing under the folder is written. report.html names its
+leave report.html out, or keep a screenshot beside it); nothing under the folder is written (with `update`, `bench report --check --update`, the committed files that differ are rewritten). report.html names its
 results directory as the report was given it: the examples are built, and checked, from the repository root with
 relative paths.
 
@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.core.files import atomic_write_bytes
 from bench.report.build import build_report
 from bench.report.starts import build_starts_report, start_dirs
 
@@ -40,9 +41,10 @@ class Checked:
     differences: list[str] = field(default_factory=list)  # one text block per file that differs
 
 
-def check_reports(root: Path) -> Checked:
+def check_reports(root: Path, update: bool = False) -> Checked:
     """Rebuild and compare each results directory (a folder with manifest.json and a committed report/) and each
-    folder of starts (start-k sweeps and a committed starts.md) at or under `root`."""
+    folder of starts (start-k sweeps and a committed starts.md) at or under `root`. `update`: each committed file
+    that differs is overwritten with its rebuild (`bench report --check --update`)."""
     root = Path(root)
     if root.is_absolute() and root.is_relative_to(Path.cwd()):
         root = root.relative_to(Path.cwd())  # report.html names the results directory as given: the examples are
@@ -51,11 +53,11 @@ def check_reports(root: Path) -> Checked:
     for sweep_dir in _results_dirs(root):
         with tempfile.TemporaryDirectory(prefix="bench-check-") as tmp:
             rebuilt = build_report(sweep_dir, Path(tmp)).values()
-            _compare(checked, sweep_dir / "report", Path(tmp), rebuilt)
+            _compare(checked, sweep_dir / "report", Path(tmp), rebuilt, update)
     for starts_root in _starts_roots(root):
         with tempfile.TemporaryDirectory(prefix="bench-check-") as tmp:
             rebuilt = build_starts_report(starts_root, Path(tmp)).values()
-            _compare(checked, starts_root, Path(tmp), rebuilt)
+            _compare(checked, starts_root, Path(tmp), rebuilt, update)
     return checked
 
 
@@ -69,7 +71,9 @@ def _starts_roots(root: Path) -> list[Path]:
     return sorted(d for d in found if start_dirs(d))
 
 
-def _compare(checked: Checked, committed_dir: Path, rebuilt_dir: Path, rebuilt: Iterable[Path]) -> None:
+def _compare(
+    checked: Checked, committed_dir: Path, rebuilt_dir: Path, rebuilt: Iterable[Path], update: bool = False
+) -> None:
     checked.reports += 1
     for path in sorted(rebuilt):
         committed = committed_dir / path.relative_to(rebuilt_dir)
@@ -79,6 +83,8 @@ def _compare(checked: Checked, committed_dir: Path, rebuilt_dir: Path, rebuilt: 
         old, new = committed.read_bytes(), path.read_bytes()
         if old != new and not _same_report_file(committed.suffix, old, new):
             checked.differences.append(_difference(committed, old, new))
+            if update:
+                atomic_write_bytes(committed, new)
 
 
 def _same_report_file(suffix: str, old: bytes, new: bytes) -> bool:

@@ -8,6 +8,7 @@ values of one start line up across the columns.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
 
@@ -39,12 +40,24 @@ COMPILE_UNIT_END = re.compile(r"torch\.compile took [\d.]+ s in total")
 COMPILED = re.compile(r"Compiling a graph for ")
 CACHE_LOADED = re.compile(r"Directly load (?:AOT compilation|the compiled graph)")
 
-SERVER_COLUMNS = ["engine", "engine_id", "starts", "ready_s", "torch_compile", *LOG_FIGURES]
+# Where a start's time goes before vLLM's own timed phases, from the log's own clock (vLLM's "MM-DD hh:mm:ss" stamps,
+# whole seconds; never compared with bench's clock, whose zone may differ): from the API server's first line to the
+# engine process's first line (the API server resolving its config, then spawning the engine process, which imports
+# vLLM and torch before it logs: bench's plugin line is its first), and from the API server's first line to
+# "Starting vLLM server" (the start as the log sees it). `ready s` minus the latter is the API server's own launch
+# and imports, before it logs anything.
+LOG_STAMP = re.compile(r"^\((APIServer|EngineCore)[^)]*\) \w+ (\d\d-\d\d \d\d:\d\d:\d\d)", re.M)
+SERVING = re.compile(r"^\(APIServer[^)]*\) \w+ (\d\d-\d\d \d\d:\d\d:\d\d).*Starting vLLM server", re.M)
+PHASES = ("logged_s", "spawn_s")
+
+SERVER_COLUMNS = ["engine", "engine_id", "starts", "ready_s", *PHASES, "torch_compile", *LOG_FIGURES]
 #: column -> header, for summary.md and report.html (the logged text, its numbers through bench.core.fmt: `shown`)
 SERVER_HEADERS = {
     "engine": "engine config",
     "starts": "starts",
     "ready_s": "ready s (each start)",
+    "logged_s": "first log line to serving s",
+    "spawn_s": "to engine process s",
     "torch_compile": "torch.compile",
     "model_gib": "model GiB",
     "load_s": "load s",
@@ -60,7 +73,10 @@ SERVER_NOTE = (
     "One row per engine config with a server log. `ready s`: from the server's start to /health answering, per "
     "start that served points (bench's clock); the rest is vLLM's own start-up lines in the log, one value per "
     "start in start order where they differ (`-`: that start did not log it, e.g. it died first; numbers rounded, "
-    "servers.csv has them as logged). Under DCP N the KV "
+    "servers.csv has them as logged). `first log line to serving s`: from the API server's first log line to its "
+    "'Starting vLLM server' (the log's clock; `ready s` minus it is the API server's launch and imports before it "
+    "logs); `to engine process s`: from that first line to the engine process's first (config, spawn, imports). "
+    "Under DCP N the KV "
     "tokens are the group's (N x the rank's local slots)."
 )
 
@@ -84,6 +100,7 @@ def server_table(sweep_dir: Path, records: dict[str, PointRecord]) -> pd.DataFra
                 "engine_id": engine_id,
                 "starts": len(starts),
                 "ready_s": "/".join(f"{ready[t]:.0f}" for t in sorted(ready, key=str)) or None,
+                **{column: _values([p[column] for p in map(log_phases, starts)]) for column in PHASES},
                 "torch_compile": _values([[state] if (state := compile_state(start)) else [] for start in starts]),
                 **{
                     column: _values([pattern.findall(start) for start in starts])
@@ -93,6 +110,26 @@ def server_table(sweep_dir: Path, records: dict[str, PointRecord]) -> pd.DataFra
         )
     df = pd.DataFrame(rows, columns=SERVER_COLUMNS)
     return df.sort_values(["engine", "engine_id"], kind="stable").reset_index(drop=True)
+
+
+def log_phases(start_log: str) -> dict[str, list[str]]:
+    """One start's PHASES in whole seconds of the log's clock ([] where a line is missing: a start that died
+    first, or a log without vLLM's stamps)."""
+    stamps: dict[str, dt.datetime] = {}
+    for m in LOG_STAMP.finditer(start_log):
+        stamps.setdefault(m.group(1), _stamp(m.group(2)))
+    serving = SERVING.search(start_log)
+    api, engine = stamps.get("APIServer"), stamps.get("EngineCore")
+
+    def since_api(t: dt.datetime | None) -> list[str]:
+        gap = (t - api).total_seconds() if t is not None and api is not None else -1.0
+        return [f"{gap:.0f}"] if gap >= 0 else []  # negative: a year's turn between the stamps
+
+    return {"logged_s": since_api(_stamp(serving.group(1)) if serving else None), "spawn_s": since_api(engine)}
+
+
+def _stamp(text: str) -> dt.datetime:
+    return dt.datetime.strptime(f"2000-{text}", "%Y-%m-%d %H:%M:%S")  # a leap year: 02-29 parses
 
 
 def compile_state(start_log: str) -> str | None:

@@ -62,6 +62,13 @@ def test_an_edited_summary_and_a_changed_plot_are_differences(tmp_path, capsys):
     assert "-1 ok, 3 failed, 0 skipped.\n+0 ok, 4 failed, 0 skipped." in out  # the diff: committed, then rebuilt
     assert f"{plot}: the rebuilt file differs ({plot.stat().st_size} bytes committed" in out
     assert out.rstrip().endswith("; 2 differ")
+    # --update rewrites both with their rebuild; the check then finds nothing
+    assert cli.main(["report", "--check", "--update", str(examples)]) == ExitCode.OK
+    assert capsys.readouterr().out.rstrip().endswith("; 2 differ (rewritten: review the diff)")
+    assert "0 ok, 4 failed, 0 skipped." in summary.read_text()
+    assert cli.main(["report", "--check", str(examples)]) == ExitCode.OK
+    with pytest.raises(BenchError, match="goes with --check"):
+        cli.cmd_report(cli.build_parser().parse_args(["report", "--update", str(examples)]))
 
 
 def test_a_folder_of_starts_is_checked_with_its_starts(tmp_path):

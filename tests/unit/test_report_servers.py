@@ -99,3 +99,32 @@ def test_machine_id_prefers_the_host_and_boot_id_and_falls_back_to_the_os_build(
     old1 = {"platform": "Linux-6.18-v1294", "machine": {"driver": "580"}}
     old2 = {"platform": "Linux-6.18-v1272", "machine": {"driver": "580"}}
     assert machine_id(old1) != machine_id(old2) and machine_id(old1) == machine_id(dict(old1))
+
+
+def test_the_start_before_vllms_timed_phases_from_the_logs_own_clock():
+    """`logged_s`: the API server's first line to 'Starting vLLM server'; `spawn_s`: to the engine process's first
+    line; whole seconds of vLLM's stamps, [] where a line is missing or the stamps run backwards (a year's turn)."""
+    from bench.report.servers import log_phases
+
+    log = (
+        "# bench: python -m vllm.entrypoints.openai.api_server\n"
+        "INFO 12-07 15:03:33 [plugin.py:154] bench effective-configuration record active in pid 5040\n"
+        "(APIServer pid=5040) INFO 12-07 15:03:33 [api_utils.py:345] version 0.26.0\n"
+        "(EngineCore pid=5253) INFO 12-07 15:04:02 [plugin.py:154] bench effective-configuration record active\n"
+        "(EngineCore pid=5253) INFO 12-07 15:04:36 [core.py:340] init engine (profile) took 23.63 s\n"
+        "(APIServer pid=5040) INFO 12-07 15:04:36 [api_server.py:677] Starting vLLM server on http://127.0.0.1:1\n"
+    )
+    assert log_phases(log) == {"logged_s": ["63"], "spawn_s": ["29"]}
+    died = log.split("(EngineCore")[0]
+    assert log_phases(died) == {"logged_s": [], "spawn_s": []}
+    assert log_phases(log.replace("12-07 15:03:33", "12-31 23:59:59")) == {"logged_s": [], "spawn_s": []}
+    assert log_phases("no stamps at all") == {"logged_s": [], "spawn_s": []}
+
+
+def test_the_phases_of_committed_h100_starts():
+    """reports/examples/kimi-rank-h100-l40-ab-sleep: a cache-loaded FLASHMLA start of 86 s spent 63 s between the API
+    server's first line and serving, 29 s of them before the engine process logged."""
+    root = Path(__file__).resolve().parents[2] / "reports" / "examples" / "kimi-rank-h100-l40-ab-sleep"
+    root = root / "baseline" / "round-0"
+    row = server_table(root, SweepStore(root).records()).iloc[0]
+    assert (row.ready_s, row.logged_s, row.spawn_s, row.init_s) == ("86", "63", "29", "23.63")
