@@ -56,8 +56,14 @@ class SweepStore:
         atomic_write_json(path, data)
 
     def save_outputs(self, record: OutputsRecord) -> None:
-        """The greedy outputs of an engine's latest server start (sweep --check-outputs; a later start replaces them)."""
-        atomic_write_json(self.outputs_path(record.engine_id), record.model_dump(mode="json"))
+        """The greedy outputs of an engine's latest server start (sweep --check-outputs; a later start replaces them),
+        one prompt's token ids a line."""
+        data = record.model_dump(mode="json")
+        outputs = data.pop("outputs")
+        head = json.dumps(data, indent=2, sort_keys=True)[: -len("\n}")]
+        lines = ",\n".join("    " + json.dumps(ids, separators=(",", ":")) for ids in outputs)
+        text = f'{head},\n  "outputs": [\n{lines}\n  ]\n}}\n' if outputs else f'{head},\n  "outputs": []\n}}\n'
+        atomic_write_bytes(self.outputs_path(record.engine_id), text.encode())
 
     def save_raw(self, point_id: str, rows: list[dict]) -> None:
         table = pa.Table.from_pylist(rows, schema=RAW_SCHEMA)
