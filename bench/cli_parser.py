@@ -64,6 +64,14 @@ def _add_patch(sub: argparse._SubParsersAction) -> None:
     manifest.add_argument("--pristine", type=Path, required=True, help="folder holding the unpatched vllm/")
 
 
+def _count(text: str) -> int:
+    """A number of things, 0 or more."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value}: must be 0 or more")
+    return value
+
+
 def _fix_ids(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
@@ -111,7 +119,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     )
     sweep.add_argument(
         "--check-outputs",
-        type=int,
+        type=_count,
         default=0,
         metavar="N",
         help="after each server starts, send N fixed prompts one at a time (greedy, the same in every run) and keep "
@@ -304,7 +312,7 @@ def _add_ab(sub: argparse._SubParsersAction) -> None:
     )
     ab.add_argument(
         "--check-outputs",
-        type=int,
+        type=_count,
         default=0,
         metavar="N",
         help="every round's sweeps record their servers' greedy outputs on N fixed prompts (`sweep --check-outputs`); "

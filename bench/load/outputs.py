@@ -13,6 +13,7 @@ flip a near-tied argmax, which is why the comparison also states how far two run
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,7 +23,6 @@ from bench.load.loadgen import make_prompt
 
 OUTPUT_TOKENS = 32  # tokens generated per prompt, unless the engine's points generate fewer
 FALLBACK_INPUT_LEN = 32  # prompt length when the engine serves no random-id shape (text workloads only)
-REQUEST_TIMEOUT_S = 600.0  # one non-streamed request: a long prompt on a slow rank (DCP 8 steps ~150 ms) included
 
 
 @dataclass(frozen=True)
@@ -60,17 +60,20 @@ def greedy_body(model: str, prompt: Sequence[int], max_tokens: int) -> dict:
 def token_ids(response: bytes) -> list[int]:
     """The generated ids of a completions response; ValueError when the server sent none (a vLLM without
     `return_token_ids`, or not vLLM)."""
-    choices = json.loads(response).get("choices") or []
-    ids = choices[0].get("token_ids") if choices else None
+    body = json.loads(response)
+    choices = body.get("choices") if isinstance(body, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    ids = first.get("token_ids") if isinstance(first, dict) else None
     if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
         raise ValueError("the response has no choices[0].token_ids (does this server support return_token_ids?)")
     return ids
 
 
 def greedy_outputs(
-    base_url: str, model: str, prompts: Sequence[Sequence[int]], max_tokens: int, timeout_s: float = REQUEST_TIMEOUT_S
+    base_url: str, model: str, prompts: Sequence[Sequence[int]], max_tokens: int, timeout_s: float
 ) -> GreedyRun:
-    """Send `prompts` one at a time; the first failure ends the run and is kept in `error`."""
+    """Send `prompts` one at a time, each given `timeout_s`; the first failure (no answer, an HTTP error, a connection
+    cut mid-body, a body without token ids) ends the run and is kept in `error`, never raised."""
     input_len = len(prompts[0]) if prompts else 0
     run = GreedyRun(input_len, max_tokens, [prompt_digest(p) for p in prompts], [])
     for i, prompt in enumerate(prompts):
@@ -78,7 +81,7 @@ def greedy_outputs(
             ids = token_ids(
                 http_client.post(base_url + "/v1/completions", greedy_body(model, prompt, max_tokens), timeout_s)
             )
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, http.client.HTTPException) as exc:
             return GreedyRun(input_len, max_tokens, run.prompt_sha256, run.outputs, f"prompt {i}: {exc}"[:500])
         run.outputs.append(ids)
     return run

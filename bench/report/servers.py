@@ -45,7 +45,8 @@ CACHE_LOADED = re.compile(r"Directly load (?:AOT compilation|the compiled graph)
 # engine process's first line (the API server resolving its config, then spawning the engine process, which imports
 # vLLM and torch before it logs: bench's plugin line is its first), and from the API server's first line to
 # "Starting vLLM server" (the start as the log sees it). `ready s` minus the latter is the API server's own launch
-# and imports, before it logs anything.
+# and imports, before it logs anything, plus the second or so from serving to /health answering. These columns have a
+# value for every start in the log (a --warm-start launch included), `ready s` one for each start that served points.
 LOG_STAMP = re.compile(r"^\((APIServer|EngineCore)[^)]*\) \w+ (\d\d-\d\d \d\d:\d\d:\d\d)", re.M)
 SERVING = re.compile(r"^\(APIServer[^)]*\) \w+ (\d\d-\d\d \d\d:\d\d:\d\d).*Starting vLLM server", re.M)
 PHASES = ("logged_s", "spawn_s")
@@ -75,7 +76,8 @@ SERVER_NOTE = (
     "start in start order where they differ (`-`: that start did not log it, e.g. it died first; numbers rounded, "
     "servers.csv has them as logged). `first log line to serving s`: from the API server's first log line to its "
     "'Starting vLLM server' (the log's clock; `ready s` minus it is the API server's launch and imports before it "
-    "logs); `to engine process s`: from that first line to the engine process's first (config, spawn, imports). "
+    "logs, and the second or so to /health answering); `to engine process s`: from that first line to the engine "
+    "process's first (config, spawn, imports); both for every start in the log, a warm start included. "
     "Under DCP N the KV "
     "tokens are the group's (N x the rank's local slots)."
 )

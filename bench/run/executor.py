@@ -170,16 +170,20 @@ def run_engine(ctx: SweepContext, engine: EngineConfig, points: list[Point]) -> 
 
 def record_outputs(ctx: SweepContext, running: RunningEngine, engine: EngineConfig, points: list[Point]) -> None:
     """`sweep --check-outputs N`: this server start's greedy outputs on N fixed prompts (bench.load.outputs), sent
-    before its points, into OUT/outputs/<engine id>.json. The prompts are as long as the shortest random-id shape the
-    engine serves and generate OUTPUT_TOKENS tokens (fewer if its shapes do). A failed request is recorded, not
-    raised: the points that follow find out for themselves whether the server is still up."""
-    shapes = [p.shape for p in points if p.shape is not None and not p.workload.is_text]
+    before its points, into OUT/outputs/<engine id>.json. The prompts are as long as the shortest random-id shape of
+    the engine's points in the plan (all of them, not only `points`, those this start runs: a resumed sweep sends the
+    same prompts) and generate OUTPUT_TOKENS tokens (fewer if its shapes do). Each request may take the profile's
+    request_timeout_s, within the time budget. A failed request is recorded, not raised: the points that follow find
+    out for themselves whether the server is still up."""
+    planned = [p for e, pts in ctx.plan.groups if e.id == engine.id for p in pts] or points
+    shapes = [p.shape for p in planned if p.shape is not None and not p.workload.is_text]
     input_len = min((s.input_len for s in shapes), default=FALLBACK_INPUT_LEN)
     max_tokens = min([OUTPUT_TOKENS, *(s.output_len for s in shapes)])
     prompts = fixed_prompts(ctx.check_outputs, input_len, running.vocab)
     ctx.progress.say(f"greedy outputs of {engine.id}: {len(prompts)} prompts of {input_len} tokens, {max_tokens} each")
     t0 = time.perf_counter()
-    run = greedy_outputs(running.server.base_url, running.model, prompts, max_tokens)
+    timeout = max(1.0, min(ctx.plan.profile.run.request_timeout_s, ctx.time_left()))
+    run = greedy_outputs(running.server.base_url, running.model, prompts, max_tokens, timeout)
     record = OutputsRecord(
         engine_id=engine.id,
         started=running.info["started"],

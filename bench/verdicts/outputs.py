@@ -10,7 +10,10 @@ compared. Verdicts:
   changed what the server generates (a bug, or a kernel whose rounding flips a near-tied argmax: the first differing
   token and how many tokens agreed before it tell a divergence late in a long answer from a wrong one at token 0);
 - "differs, as the baseline does": the baseline's own runs disagree, so a candidate's difference says nothing;
+- "baseline not reproducible": the baseline's own runs disagree while every candidate run matched the reference;
 - "not compared": no prompt in common (a side without outputs, requests that failed, other prompt lengths).
+The reference is the baseline's first run that answered a prompt; a run that shares no answered prompt with it is
+left out and named. Runs that asked for different lengths compare their common prefix.
 It informs; it gates nothing (compare's exit code is the speed gate's).
 """
 
@@ -37,12 +40,16 @@ class Agreement:
 
 
 def agreement(ref: OutputsRecord, run: OutputsRecord) -> Agreement:
+    """`run` against `ref` over the prompts both sent (same digest, same index) and answered, each over the first
+    min(max_tokens) tokens (runs that asked for different lengths compare their common prefix)."""
     compared = identical = tokens = agreed = 0
     first: tuple[int, int] | None = None
+    limit = min(ref.max_tokens, run.max_tokens)
     pairs = zip(ref.prompt_sha256, run.prompt_sha256, ref.outputs, run.outputs, strict=False)
     for i, (ref_digest, run_digest, a, b) in enumerate(pairs):
         if ref_digest != run_digest:
             continue
+        a, b = a[:limit], b[:limit]
         compared += 1
         tokens += len(a)
         same = next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
@@ -89,52 +96,72 @@ def _said(name: str, a: Agreement) -> str:
     )
 
 
+def _why_not(ref: OutputsRecord, run: OutputsRecord) -> str:
+    if run.error and not run.outputs:
+        return run.error
+    if run.input_len != ref.input_len:
+        return f"other prompts ({run.input_len} tokens, the reference's {ref.input_len})"
+    return "no prompt in common with the reference"
+
+
 def compare_outputs(base_dirs: Sequence[Path], cand_dirs: Sequence[Path]) -> list[dict]:
-    """One row per engine config with outputs on either side: the verdict and what it rests on."""
+    """One row per engine config with outputs on either side: the verdict and what it rests on. The reference is
+    the baseline's first run that answered a prompt; a run that shares no answered prompt with it (its requests
+    failed, other prompts) is left out of the verdict and named in the detail."""
     base, cand = side_outputs(base_dirs), side_outputs(cand_dirs)
     labels = engine_labels([*base_dirs, *cand_dirs])
     rows = []
     for engine_id in sorted(set(base) | set(cand), key=lambda e: labels.get(e, e)):
-        row: dict = {"engine_id": engine_id, "label": labels.get(engine_id, engine_id)}
+        row: dict = {"engine_id": engine_id, "label": labels.get(engine_id, engine_id), "prompts": "-"}
         b_runs, c_runs = base.get(engine_id, []), cand.get(engine_id, [])
         row["runs"] = f"{len(b_runs)} / {len(c_runs)}"
-        if not b_runs or not c_runs:
-            missing = "baseline" if not b_runs else "candidate"
-            rows.append({**row, "verdict": "not compared", "detail": f"no outputs in the {missing}", "prompts": "-"})
+        answered = [(name, r) for name, r in b_runs if r.outputs]
+        if not answered or not c_runs:
+            why = "no outputs in the candidate" if not c_runs else "no baseline run answered a prompt"
+            errors = [f"baseline {name}: {r.error}" for name, r in b_runs if r.error]
+            rows.append({**row, "verdict": "not compared", "detail": "; ".join([why, *errors])})
             continue
-        ref_name, ref = b_runs[0]
-        own = [(name, agreement(ref, r)) for name, r in b_runs[1:]]
-        other = [(name, agreement(ref, r)) for name, r in c_runs]
-        compared = min((a.compared for _, a in own + other), default=0)
+        ref_name, ref = answered[0]
+        runs = [("baseline", name, r) for name, r in b_runs if name != ref_name]
+        runs += [("candidate", name, r) for name, r in c_runs]
+        found = [(side, name, r, agreement(ref, r)) for side, name, r in runs]
+        left_out = [f"{side} {name}: {_why_not(ref, r)}" for side, name, r, a in found if a.compared == 0]
+        own = [(name, a) for side, name, _, a in found if side == "baseline" and a.compared]
+        other = [(name, a) for side, name, _, a in found if side == "candidate" and a.compared]
+        if not other:
+            detail = "no candidate run shares an answered prompt with baseline " + ref_name
+            rows.append({**row, "verdict": "not compared", "detail": "; ".join([detail, *left_out])})
+            continue
+        compared = min(a.compared for _, a in own + other)
         row["prompts"] = f"{compared} x {ref.max_tokens} tokens ({ref.input_len}-token prompts)"
-        errors = [
-            f"{side} {name}: {r.error}"
-            for side, runs in (("baseline", b_runs), ("candidate", c_runs))
-            for name, r in runs
-            if r.error
-        ]
-        if compared == 0:
-            detail = "; ".join(errors) or "no prompt sent and answered by both"
-            rows.append({**row, "verdict": "not compared", "detail": detail})
-            continue
         own_worst, other_worst = _worst(own), _worst(other)
+        own_said = (
+            f"the baseline's {len(own) + 1} runs agree"
+            if own
+            else "the baseline's own agreement is unknown (one run of it compared)"
+        )
         if own_worst is not None:
-            verdict = "differs, as the baseline does"
             detail = f"baseline vs its {ref_name}: " + _said(*own_worst)
             if other_worst is not None:
+                verdict = "differs, as the baseline does"
                 detail += "; candidate vs baseline " + _said(*other_worst)
+            else:
+                verdict = "baseline not reproducible"
+                detail += f"; every candidate run ({len(other)}) matched baseline {ref_name}"
         elif other_worst is not None:
             verdict = "differs"
             n_diff = sum(1 for _, a in other if a.first_diff is not None)
             detail = (
-                f"{n_diff} of {len(other)} candidate runs differ from baseline {ref_name} (the baseline's "
-                f"{len(b_runs)} run(s) agree); worst " + _said(*other_worst)
+                f"{n_diff} of {len(other)} candidate runs differ from baseline {ref_name} ({own_said}); worst "
+                + _said(*other_worst)
             )
         else:
             verdict = "identical"
-            detail = f"every run of both sides ({len(b_runs)} + {len(c_runs)}) generated the same tokens"
-        if errors:
-            detail += "; stopped early: " + "; ".join(errors)
+            detail = f"every run compared ({len(own) + 1} + {len(other)}) generated the same tokens"
+            if not own:
+                detail += f" ({own_said})"
+        if left_out:
+            detail += "; left out: " + "; ".join(left_out)
         rows.append({**row, "verdict": verdict, "detail": detail})
     return rows
 

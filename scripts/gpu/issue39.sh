@@ -43,8 +43,9 @@
 #            60), 16 engines: ~4,800 s, about three sessions. Cut: SWEEP_ORDER (default below) runs first k = 3 at
 #            DCP 2, 8, 1 on FLASH_ATTN_MLA (what no lease has measured), then on FLASHMLA (the same machine, so the
 #            two compare), then the k = 0 DCP 1 baselines: 8 engines, ~2,400 s; DCP 4 and the rest only after.
-#   ab       ~235 s a side a round (start ~150 s + a ~85 s point): 3 rounds x 2 sides ~1,400 s a DCP size,
-#            ~2,800 s for DCP 2 and 8 (about two sessions; `ab --resume` continues a round cut by the budget).
+#   ab       ~265 s a side a round (start ~150 s + the greedy check ~20-40 s + a ~85 s point): 3 rounds x 2 sides
+#            ~1,600 s a DCP size, ~3,200 s for DCP 2 and 8 (about two sessions; `ab --resume` continues a round cut by
+#            the budget).
 # All four: ~9,000 s, five to six sessions. One lease's plan: `correct profile` (~1,450 s) first.
 set -uo pipefail
 source scripts/gpu/common.sh
@@ -145,7 +146,7 @@ for task in "$@"; do
       rc=0
       for n in 2 8; do
         grep -qE "^exit [0-9]+$" $res/ab-dcp$n.exit 2>/dev/null && continue
-        l=$(left); [ "$l" -ge 500 ] || { echo "== $l s left: not starting ab dcp$n (a round ~470 s)"; rc=124; break; }
+        l=$(left); [ "$l" -ge 560 ] || { echo "== $l s left: not starting ab dcp$n (a round ~530 s)"; rc=124; break; }
         resume=(); [ -d $res/ab-dcp$n ] && resume=(--resume)
         echo "== ab DCP $n ($l s left)"
         timeout -s TERM "$l" python -m bench ab profiles/kimi-k2.6-rank-$card-dcp$n-ab.toml \

@@ -68,15 +68,16 @@ def test_a_killed_driver_leaves_no_server_and_resume_completes(vllm_cpu, tmp_pat
     engine, points = plan.groups[0]  # k = 2, draft KV auto: its two shapes on one server
     ids = [p.id for p in points]
     args = ["sweep", str(PROFILE), "--out", str(out), "--points", ",".join(ids), "--draft-keys", "upstream"]
-    # Every engine step busy-waits 100 ms (bench/profiling/step_delay.py): the point's 5 requests of 48 tokens take
-    # 20 s or more, so the kill lands mid-point on any machine (at full speed a busy CI host finished it first).
+    # Every engine step busy-waits 100 ms (bench/profiling/step_delay.py): at k = 2 with every draft token accepted a
+    # 48-token request is ~16 steps, so the point's warm-up and 5 requests at 1x24x48 take ~10 s and the kill, ~1 s
+    # after the point starts, lands mid-point on any machine (at full speed a busy CI host finished it first).
     driver, lines = bench(*args, env={STEP_DELAY: "100"}), []
     try:
         for line in driver.stdout:
             lines.append(line.rstrip())
             if ": running" in line:
                 break
-        time.sleep(1.0)  # the warmup request is in flight (of 5 x 48 delayed steps)
+        time.sleep(1.0)  # the warmup request is in flight (~1.6 s of delayed steps each)
         running = processes_using(out)
         assert len(running) >= 3, "\n".join(lines)  # guard, API server, engine core
         driver.send_signal(signal.SIGKILL)

@@ -148,3 +148,44 @@ def test_ab_gives_every_rounds_sweeps_the_check_and_compare_md_reports_it(tmp_pa
     assert "prompt 2 token 3" in text
     with pytest.raises(BenchError, match="not with --ray"):
         ab.run_ab("tiny", env, env, rounds=3, out=tmp_path / "ray", ray="auto", check_outputs=4)
+
+
+def test_a_failed_run_is_left_out_and_named_not_hiding_a_difference(tmp_path):
+    failed = record(outputs=[], error="prompt 0: HTTP 500")
+    changed = record(outputs=[REF[0], [1, 1, 1, 9], REF[2]])
+    base = side(tmp_path / "a", failed, record(), record())  # the first baseline run answered nothing
+    (row,) = compare_outputs(base, side(tmp_path / "b", changed, failed))
+    assert row["verdict"] == "differs" and "baseline round-1" in row["detail"]  # the reference: the first that answered
+    assert "1 of 1 candidate runs differ" in row["detail"] and "prompt 1 token 3" in row["detail"]
+    assert "left out: baseline round-0: prompt 0: HTTP 500; candidate round-1: prompt 0: HTTP 500" in row["detail"]
+
+
+def test_runs_of_other_lengths_compare_their_common_prefix_and_other_prompts_are_named(tmp_path):
+    longer = record(outputs=[o + [3, 3] for o in REF])
+    longer = longer.model_copy(update={"max_tokens": 6})
+    (row,) = compare_outputs(side(tmp_path / "a", record(), record()), side(tmp_path / "b", longer))
+    assert row["verdict"] == "identical"
+    other = record(digests=["x", "y", "z"]).model_copy(update={"input_len": 17})
+    (row,) = compare_outputs(side(tmp_path / "c", record(), record()), side(tmp_path / "d", other))
+    assert row["verdict"] == "not compared" and "other prompts (17 tokens, the reference's 16)" in row["detail"]
+
+
+def test_a_baseline_that_disagrees_while_the_candidate_matches_and_a_lone_baseline(tmp_path):
+    noisy = record(outputs=[REF[0], REF[1], [9, 8, 0, 0]])
+    (row,) = compare_outputs(side(tmp_path / "a", record(), noisy), side(tmp_path / "b", record(), record()))
+    assert row["verdict"] == "baseline not reproducible" and "every candidate run (2) matched" in row["detail"]
+    (row,) = compare_outputs(side(tmp_path / "c", record()), side(tmp_path / "d", record()))
+    assert row["verdict"] == "identical" and "the baseline's own agreement is unknown" in row["detail"]
+    changed = record(outputs=[REF[0], REF[1], [9, 8, 7, 7]])
+    (row,) = compare_outputs(side(tmp_path / "e", record()), side(tmp_path / "f", changed))
+    assert row["verdict"] == "differs" and "the baseline's own agreement is unknown" in row["detail"]
+
+
+def test_a_body_that_is_not_a_completion_is_a_value_error_and_a_negative_count_is_refused():
+    for body in (b"[1, 2]", b'{"choices": "x"}', b'{"choices": [1]}'):
+        with pytest.raises(ValueError, match="token_ids"):
+            token_ids(body)
+    from bench import cli
+
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["sweep", "--check-outputs", "-1"])
