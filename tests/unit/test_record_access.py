@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.results.records import PointRecord, new_point
+from bench.results.records import OutputsRecord, PointRecord, new_point
 from bench.results.store import SweepStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,6 +29,9 @@ STORE_API = {
     "point_path",
     "raw_path",
     "log_path",
+    "outputs_path",
+    "save_outputs",
+    "outputs",
     "write_manifest",
     "save_point",
     "save_raw",
@@ -358,8 +361,14 @@ def test_the_store_hands_out_and_takes_typed_records_only(tmp_path):
     assert hints["point"]["return"] == PointRecord | None
     assert hints["records"]["return"] == dict[str, PointRecord]
     assert hints["save_point"]["record"] is PointRecord
+    assert hints["outputs"]["return"] == dict[str, OutputsRecord]
+    assert hints["save_outputs"]["record"] is OutputsRecord
+    typed = ("dict[str, bench.results.records.PointRecord]", "dict[str, bench.results.records.OutputsRecord]")
     for name in public - {"manifest", "raw"}:
-        assert "dict" not in str(hints[name].get("return")).replace("dict[str, bench.results.records.PointRecord]", "")
+        said = str(hints[name].get("return"))
+        for keyed in typed:
+            said = said.replace(keyed, "")
+        assert "dict" not in said
 
     store = SweepStore(tmp_path)
     record = new_point(
