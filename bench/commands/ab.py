@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -238,7 +239,7 @@ def run_ab(
     for side, env in (("baseline", a), ("candidate", b)):  # what this A/B set per side, for compare.md
         write_ab_side(out / side, AbSide(python=env.python, patch=env.patch, variables=dict(env.variables)))
     warm = {"baseline": warm_start, "candidate": warm_start}  # each spent by that side's first run this call
-    extra = ["--check-outputs", str(check_outputs)] if check_outputs else []
+    extra = ("--check-outputs", str(check_outputs)) if check_outputs else ()
     result, looks = _run_rounds(max_rounds or rounds, levels, alpha, gate, a, b, out, profile, repeat, ray, warm, extra)
     code = _write_compare(out, result, looks, ray)
     if calibrate:
@@ -328,7 +329,7 @@ def _run_rounds(
     repeat: int,
     ray: str | None,
     warm: dict[str, bool],
-    extra: list[str] | None = None,
+    extra: Sequence[str] = (),
 ) -> tuple[dict, list[dict]]:
     """Run the rounds; after each round that has a look, judge at its level and stop at the first that decides
     (regression or pass) or is futile (`futile`, before the last look). Returns the last judgement (at `alpha`
@@ -341,7 +342,7 @@ def _run_rounds(
     looks: list[dict] = []
     result: dict | None = None
     for r in range(total):
-        _round(r, total, a, b, out, profile, repeat, ray, warm, extra or [])
+        _round(r, total, a, b, out, profile, repeat, ray, warm, extra)
         if (level := levels.get(r + 1)) is None:
             continue
         result = judge(level)
@@ -481,7 +482,7 @@ def _round(
     repeat: int,
     ray: str | None,
     warm: dict[str, bool] | None = None,
-    extra: list[str] | None = None,
+    extra: Sequence[str] = (),
 ) -> None:
     """Round r: both sides' sweeps, in the order A B on even rounds and B A on odd ones, sent the same prompts
     (one salt a round: `round_salt`), so that a text workload's sides get the same conversations."""
@@ -514,7 +515,7 @@ def _round(
                 str(round_dir),
                 *(["--resume"] if resume else []),
                 *(["--warm-start"] if warm_here else []),
-                *(extra or []),  # e.g. --check-outputs N
+                *extra,  # e.g. --check-outputs N
                 "--quiet",
                 "--repeat",
                 str(repeat),

@@ -52,9 +52,7 @@ class SweepOptions:
     ray_pins: Mapping[str, str] = field(default_factory=dict)  # engine id -> the only node id it may run on
     time_budget_s: float | None = None  # stop cleanly by then: no start that cannot fit, windows cut at the end
     warm_start: bool = False  # each engine with points to run started once unmeasured first (executor.warm_starts)
-    check_outputs: int = (
-        0  # greedy outputs on this many fixed prompts after each server start (executor.record_outputs)
-    )
+    check_outputs: int = 0  # greedy outputs on this many fixed prompts after each start (executor.record_outputs)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,9 +1,9 @@
 """`bench report --check`: every report under a folder (reports/examples: documentation that must stay what the code
 makes of its records) rebuilt into a temporary folder and compared with the committed files: text byte for byte,
 images as images. Only the files a rebuild writes are compared, and only where they are committed (an example may
-leave report.html out, or keep a screenshot beside it); nothing under the folder is written (with `update`, `bench report --check --update`, the committed files that differ are rewritten). report.html names its
-results directory as the report was given it: the examples are built, and checked, from the repository root with
-relative paths.
+leave report.html out, or keep a screenshot beside it); nothing under the folder is written, unless `update` (`bench
+report --check --update`) rewrites the committed files that differ. report.html names its results directory as the
+report was given it: the examples are built, and checked, from the repository root with relative paths.
 
 A plot is compared by its pixels, within IMAGE_TOLERANCE: the same figure drawn by the same matplotlib on another
 CPU may differ in a few anti-aliased edge pixels (floating point in the layout), which says nothing about the report.

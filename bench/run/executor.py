@@ -184,17 +184,10 @@ def record_outputs(ctx: SweepContext, running: RunningEngine, engine: EngineConf
     t0 = time.perf_counter()
     timeout = max(1.0, min(ctx.plan.profile.run.request_timeout_s, ctx.time_left()))
     run = greedy_outputs(running.server.base_url, running.model, prompts, max_tokens, timeout)
-    record = OutputsRecord(
-        engine_id=engine.id,
-        started=running.info["started"],
-        input_len=run.input_len,
-        max_tokens=run.max_tokens,
-        prompt_sha256=run.prompt_sha256,
-        outputs=run.outputs,
-        error=run.error,
-        seconds=round(time.perf_counter() - t0, 3),
+    seconds = round(time.perf_counter() - t0, 3)
+    ctx.store.save_outputs(
+        OutputsRecord(engine_id=engine.id, started=running.info["started"], seconds=seconds, **dataclasses.asdict(run))
     )
-    ctx.store.save_outputs(record)
     if run.error:
         ctx.progress.say(f"greedy outputs of {engine.id}: stopped at {run.error}")
 

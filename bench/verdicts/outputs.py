@@ -70,9 +70,12 @@ def side_outputs(dirs: Sequence[Path]) -> dict[str, list[tuple[str, OutputsRecor
     return found
 
 
-def engine_labels(dirs: Sequence[Path]) -> dict[str, str]:
+def engine_labels(dirs: Sequence[Path], engine_ids: set[str]) -> dict[str, str]:
+    """Each engine id's label, from the point records of the first of `dirs` that have them (read until all found)."""
     labels: dict[str, str] = {}
     for d in dirs:
+        if engine_ids <= labels.keys():
+            break
         for rec in SweepStore(d).records().values():
             labels.setdefault(rec.engine_id, str(rec.label.get("engine", rec.engine_id)))
     return labels
@@ -109,7 +112,9 @@ def compare_outputs(base_dirs: Sequence[Path], cand_dirs: Sequence[Path]) -> lis
     the baseline's first run that answered a prompt; a run that shares no answered prompt with it (its requests
     failed, other prompts) is left out of the verdict and named in the detail."""
     base, cand = side_outputs(base_dirs), side_outputs(cand_dirs)
-    labels = engine_labels([*base_dirs, *cand_dirs])
+    if not base and not cand:  # no --check-outputs on either side: no point record read
+        return []
+    labels = engine_labels([*base_dirs, *cand_dirs], set(base) | set(cand))
     rows = []
     for engine_id in sorted(set(base) | set(cand), key=lambda e: labels.get(e, e)):
         row: dict = {"engine_id": engine_id, "label": labels.get(engine_id, engine_id), "prompts": "-"}
