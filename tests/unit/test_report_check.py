@@ -129,3 +129,31 @@ def test_plots_compare_as_images_and_report_html_without_its_embedded_plots():
     assert not _same_report_file(".html", page, html % base64.b64encode(other))
     assert not _same_report_file(".html", page, page.replace(b"<p>x</p>", b"<p>y</p>"))
     assert not _same_report_file(".md", b"a", b"b")
+
+
+def test_parquet_tables_compare_by_content_not_by_the_writers_versions():
+    """CI installs the newest pandas, which writes its version into points.parquet's metadata: the same table from
+    pandas 3.1.1 and 3.1.2 is the same report file; a changed value, column type or column order is not."""
+    import io
+
+    import pandas as pd
+
+    from bench.report.check import _same_report_file
+
+    def parquet(df, pandas_version=None):
+        buf = io.BytesIO()
+        df.to_parquet(buf, index=False)
+        data = buf.getvalue()
+        if pandas_version is not None:
+            current = f'"pandas_version": "{pd.__version__}"'.encode()
+            assert current in data
+            data = data.replace(current, f'"pandas_version": "{pandas_version}"'.encode())
+        return data
+
+    df = pd.DataFrame({"point_id": ["a", "b"], "tok_s": [728.6, 656.3]})
+    written = parquet(df)
+    other_pandas = parquet(df, pandas_version="9.9.99"[: len(pd.__version__)].ljust(len(pd.__version__), "9"))
+    assert written != other_pandas and _same_report_file(".parquet", written, other_pandas)
+    assert not _same_report_file(".parquet", written, parquet(df.assign(tok_s=[728.6, 656.4])))
+    assert not _same_report_file(".parquet", written, parquet(df.assign(tok_s=df.tok_s.astype("float32"))))
+    assert not _same_report_file(".parquet", written, parquet(df[["tok_s", "point_id"]]))
