@@ -38,6 +38,18 @@ def unpacked_wheel(version: str) -> Path:
     return dest
 
 
+@pytest.fixture(scope="session", autouse=True)
+def suite_cache(tmp_path_factory) -> Path:
+    """The suite's cache folder (BENCH_CACHE_DIR: bandwidth and calibration files, vLLM's shared model-class
+    inspections) inside the test session's temp folder, unless the caller named one: the servers of one test session
+    share their inspections (bench.engine.server.share_model_inspections) and nothing is written to ~/.cache/bench."""
+    if named := os.environ.get("BENCH_CACHE_DIR"):
+        return Path(named)
+    folder = tmp_path_factory.mktemp("bench-cache")
+    os.environ["BENCH_CACHE_DIR"] = str(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def wheel_026() -> Path:
     return unpacked_wheel("0.26.0")

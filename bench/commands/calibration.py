@@ -2,7 +2,7 @@
 machine and keeps the between-server-start CV of the gated metrics here, per profile and machine; a later
 `bench ab` of that profile on that machine plans with it, or says plainly that it has none.
 
-Stored in the cache folder (bench.engine.bandwidth.default_cache_dir: $BENCH_CACHE_DIR, else ~/.cache/bench) as
+Stored in the cache folder (bench.core.files.default_cache_dir: $BENCH_CACHE_DIR, else ~/.cache/bench) as
 calibration.json: {"<profile> (<content id>, repeat <n>) @ <machine>": entry}. An entry holds, per gated metric:
 - the median and the largest between-start CV over the profile's points (both sides of the A/A pooled per point:
   they ran the same thing);
@@ -24,10 +24,9 @@ import numpy as np
 
 from bench.config.profile import Profile
 from bench.core.clock import now
-from bench.core.files import atomic_write_json
+from bench.core.files import atomic_write_json, default_cache_dir
 from bench.core.hardware import Machine
 from bench.core.ids import stable_id
-from bench.engine.bandwidth import default_cache_dir
 from bench.results.environment import suite_git
 from bench.verdicts.stats import compare_servers, paired_sd_from_cv, sd_upper_bound
 

@@ -19,6 +19,15 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+def default_cache_dir() -> Path:
+    """The suite's cache folder on this machine: $BENCH_CACHE_DIR, else $XDG_CACHE_HOME/bench, else ~/.cache/bench
+    (the bandwidth and calibration measurements, vLLM's model-class inspections: bench.engine.server)."""
+    if named := os.environ.get("BENCH_CACHE_DIR"):
+        return Path(named)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "bench"
+
+
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     """Write `data` to `path` through a temp file in the same folder, fsync, rename over `path`; the temp file is
     removed on any failure. `mode`: the new file's permissions (mkstemp's 0600 would hide results from everyone

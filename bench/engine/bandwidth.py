@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.core.files import atomic_write_json
+from bench.core.files import atomic_write_json, default_cache_dir
 
 if TYPE_CHECKING:
     from bench.core.hardware import Machine
@@ -116,14 +116,6 @@ def measure_in_child(timeout_s: float = CHILD_TIMEOUT_S) -> dict:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return not_measured(f"python -m bench.engine.bandwidth exited {proc.returncode}: {tail}")
     return result if isinstance(result, dict) else not_measured(f"unexpected output: {proc.stdout[:200]!r}")
-
-
-def default_cache_dir() -> Path:
-    """$BENCH_CACHE_DIR, else $XDG_CACHE_HOME/bench, else ~/.cache/bench."""
-    if named := os.environ.get("BENCH_CACHE_DIR"):
-        return Path(named)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "bench"
 
 
 def machine_key(machine: Machine) -> str:

@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 import psutil
 
-from bench.core.files import atomic_write_bytes
+from bench.core.files import atomic_write_bytes, default_cache_dir
 from bench.engine.guard import group_members, stop_group, wait_until
 from bench.load import http_client as http
 from bench.measure.failures import classify_log
@@ -107,6 +107,7 @@ def server_env(run_dir: Path, extra: dict[str, str] | None = None, cache_dir: Pa
     }
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
+    share_model_inspections(Path(dirs["VLLM_CACHE_ROOT"]))
     dirs["VLLM_RPC_BASE_PATH"] = short_socket_dir(dirs["VLLM_RPC_BASE_PATH"])
     env = {
         **os.environ,
@@ -119,6 +120,35 @@ def server_env(run_dir: Path, extra: dict[str, str] | None = None, cache_dir: Pa
     }
     env.update(extra or {})
     return env
+
+
+MODEL_INSPECTIONS = "modelinfos"  # vLLM's folder (under VLLM_CACHE_ROOT) of inspected model classes
+SHARED_INSPECTIONS = "vllm-modelinfos"  # the suite's one copy of it, in default_cache_dir()
+
+
+def share_model_inspections(vllm_cache: Path) -> Path | None:
+    """Before a server starts, vLLM inspects its target's and draft's model classes, each in a fresh Python process
+    that imports the model's module, unless VLLM_CACHE_ROOT/modelinfos holds that class's result under the hash of
+    the module's source: ~8 s a class on a 2-core CPU host (docs/measurement.md), paid again by every start whose
+    cache folder is new (each sweep's, each A/B round's). That folder is made a link to one folder in the suite's
+    cache, so a machine's first start inspects and the rest read. The entries are keyed by the module's own bytes
+    (a patched or other vLLM misses and inspects again) and written atomically by vLLM, so servers may share them.
+    A `modelinfos` that already exists (a persistent BENCH_VLLM_CACHE) is left as it is. Returns the link, or None
+    when none was made."""
+    link = vllm_cache / MODEL_INSPECTIONS
+    if link.exists() or link.is_symlink():
+        return None
+    shared = default_cache_dir() / SHARED_INSPECTIONS
+    try:
+        shared.mkdir(parents=True, exist_ok=True)
+        try:
+            link.symlink_to(shared, target_is_directory=True)
+        except FileExistsError:  # another server of the same cache folder made it first
+            return None
+    except OSError as exc:  # a read-only cache, a file system without links: vLLM inspects as before
+        log.info("vLLM's model inspections not shared (%s): each start inspects its model classes", exc)
+        return None
+    return link
 
 
 def short_socket_dir(folder: Path) -> Path:
@@ -215,11 +245,11 @@ class Server:
             lambda: _signal_pid(pgid, signal.SIGTERM),
             pgid,
             grace_s,
-            lambda: proc.poll() is not None and not _group_alive(pgid),
+            lambda: proc.poll() is not None and not group_alive(pgid),
         ):
             log.warning("server group %d still alive after %.0f s: SIGKILL", pgid, grace_s)
         proc.wait()
-        wait_until(lambda: not _group_alive(pgid), 10)
+        wait_until(lambda: not group_alive(pgid), 10)
         if self._log_fh:
             self._log_fh.close()
             self._log_fh = None
@@ -246,10 +276,11 @@ def _signal_pid(pid: int, sig: int) -> None:
 
 
 def _group_gone(pgid: int) -> bool:
-    return not _group_alive(pgid)
+    return not group_alive(pgid)
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group `pgid` is still alive (one owned by another user counts as alive)."""
     try:
         os.killpg(pgid, 0)
         return True
@@ -273,7 +304,7 @@ def stop_leftover_servers(logs_dir: Path) -> list[int]:
     for note in sorted(Path(logs_dir).glob("*.pgid")):
         pgid = int(note.read_text().split()[0])
         marker = f"{SERVER_MARK}={note.with_suffix('.log').resolve()}"
-        if _group_alive(pgid) and _group_mentions(pgid, marker):
+        if group_alive(pgid) and _group_mentions(pgid, marker):
             log.warning(
                 "stopping server process group %d (pids %s), left running by an earlier run of %s",
                 pgid,

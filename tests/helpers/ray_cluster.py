@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.engine.server import group_alive
+
 RAY = Path(sys.executable).with_name("ray")
 HOST = "127.0.0.2"  # loopback; Ray turns 127.0.0.1 into the machine's outside address
 # Every Ray process (nodes, drivers): no usage stats; no token (loopback only; a token file in ~/.ray would
@@ -68,7 +70,7 @@ def stop_node(proc: subprocess.Popen) -> None:
             break
         deadline = time.monotonic() + wait_s
         # poll() reaps the node's own process: unreaped, it keeps the group alive for killpg until the deadline
-        while time.monotonic() < deadline and (proc.poll() is None or _group_alive(proc.pid)):
+        while time.monotonic() < deadline and (proc.poll() is None or group_alive(proc.pid)):
             time.sleep(0.2)
     proc.wait(timeout=30)
 
@@ -76,11 +78,3 @@ def stop_node(proc: subprocess.Popen) -> None:
 def stop_cluster(nodes: dict[str, subprocess.Popen]) -> None:
     for proc in reversed(list(nodes.values())):
         stop_node(proc)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False

@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.engine.server import Server, ServerSpec, free_port
+from bench.core.files import default_cache_dir
+from bench.engine.server import SHARED_INSPECTIONS, Server, ServerSpec, free_port
 from bench.models.models import write_tiny_models
 from bench.patching import apply_series, locate_vllm
 from bench.profiling import targets
@@ -115,6 +116,7 @@ def run_server(models, install, folder: Path, extra_env: dict[str, str]) -> dict
         "window": (w0, w1),
         "log": server.log_text(),
         "leftover": processes_using(folder),
+        "inspections": {p.name: p.stat().st_ino for p in (default_cache_dir() / SHARED_INSPECTIONS).glob("*.json")},
     }
 
 
@@ -226,3 +228,14 @@ def test_inactive_without_bench_env(plain, profiled):
     assert not timing_dir.exists() or not any(timing_dir.iterdir())
     assert "bench profiling" not in run["log"]
     assert run["outputs"] == profiled[0]["outputs"], "the plugin must not change what the model generates"
+
+
+def test_servers_share_vllm_model_inspections(plain, profiled):
+    """vLLM inspects the target's and the draft's model classes in a subprocess each unless its cache has them
+    (~8 s a class here): the two servers, each with its own VLLM_CACHE_ROOT, share one folder of inspections
+    (bench.engine.server.share_model_inspections), so the second start reads the first's files instead of writing
+    them again (vLLM replaces a file it writes: a new inode)."""
+    first, second = profiled[0]["inspections"], plain[0]["inspections"]
+    modules = {name.rsplit("-", 2)[-2] for name in first}  # vllm-model_executor-models-<module>-<class>.json
+    assert {"deepseek_v2", "deepseek_eagle3"} <= modules, first  # the target's and the draft's
+    assert second == first, "the second server inspected again instead of reading the shared inspections"

@@ -134,11 +134,13 @@ def test_an_entry_of_another_method_or_an_unreadable_cache_is_measured_again(tmp
 
 
 def test_default_cache_dir(monkeypatch, tmp_path):
+    from bench.core.files import default_cache_dir
+
     monkeypatch.delenv("BENCH_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert B.default_cache_dir() == tmp_path / "xdg" / "bench"
+    assert default_cache_dir() == tmp_path / "xdg" / "bench"
     monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "mine"))
-    assert B.default_cache_dir() == tmp_path / "mine"
+    assert default_cache_dir() == tmp_path / "mine"
     assert B.machine_key(H200) == "NVIDIA H200 | driver 570.86.15"
 
 

@@ -140,3 +140,28 @@ def test_a_deep_results_directory_still_gets_socket_paths_that_fit(tmp_path):
         assert server_env(short)["VLLM_RPC_BASE_PATH"] == str((short / "rpc").resolve())  # short enough: as is
     finally:
         shutil.rmtree(short)
+
+
+def test_model_inspections_are_shared_through_the_suite_cache(tmp_path, monkeypatch):
+    """Every server's VLLM_CACHE_ROOT/modelinfos links to one folder in the suite's cache (vLLM's inspections of a
+    model class, keyed by its module's bytes, then cost one process per machine rather than per start); a
+    modelinfos that exists (a persistent BENCH_VLLM_CACHE's) is kept; a cache that cannot hold the folder leaves
+    the start as it was."""
+    from bench.engine.server import SHARED_INSPECTIONS, server_env, share_model_inspections
+
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "suite"))
+    shared = tmp_path / "suite" / SHARED_INSPECTIONS
+    env_a, env_b = server_env(tmp_path / "a"), server_env(tmp_path / "b")
+    for env in (env_a, env_b):
+        link = Path(env["VLLM_CACHE_ROOT"]) / "modelinfos"
+        assert link.is_symlink() and link.resolve() == shared.resolve()
+    (Path(env_a["VLLM_CACHE_ROOT"]) / "modelinfos" / "x.json").write_text("{}")
+    assert (Path(env_b["VLLM_CACHE_ROOT"]) / "modelinfos" / "x.json").read_text() == "{}"  # one folder
+    assert share_model_inspections(Path(env_a["VLLM_CACHE_ROOT"])) is None  # already linked: left as is
+    own = tmp_path / "persistent"
+    (own / "modelinfos").mkdir(parents=True)
+    assert share_model_inspections(own) is None and not (own / "modelinfos").is_symlink()
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "a-file"))
+    (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "c").mkdir()
+    assert share_model_inspections(tmp_path / "c") is None and not (tmp_path / "c" / "modelinfos").exists()
