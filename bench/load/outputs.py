@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.load import http_client
-from bench.load.loadgen import make_prompt
+from bench.load.loadgen import completion_body, make_prompt
 
 OUTPUT_TOKENS = 32  # tokens generated per prompt, unless the engine's points generate fewer
 FALLBACK_INPUT_LEN = 32  # prompt length when the engine serves no random-id shape (text workloads only)
@@ -46,15 +46,10 @@ def prompt_digest(prompt: Sequence[int]) -> str:
 
 
 def greedy_body(model: str, prompt: Sequence[int], max_tokens: int) -> dict:
-    return {
-        "model": model,
-        "prompt": list(prompt),
-        "max_tokens": max_tokens,
-        "temperature": 0.0,
-        "ignore_eos": True,
-        "stream": False,
-        "return_token_ids": True,
-    }
+    """The load's random-id request (greedy, EOS ignored), not streamed, with the generated ids in the answer."""
+    body = completion_body(model, list(prompt), max_tokens)
+    del body["stream_options"]  # vLLM refuses stream options on a request that does not stream
+    return {**body, "stream": False, "return_token_ids": True}
 
 
 def token_ids(response: bytes) -> list[int]:

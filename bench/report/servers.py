@@ -96,13 +96,14 @@ def server_table(sweep_dir: Path, records: dict[str, PointRecord]) -> pd.DataFra
             continue
         starts = _starts(log.read_text(errors="replace"))
         ready = {p.server.started: p.server.ready_s for p in points if p.server.ready_s is not None}
+        phases = [log_phases(start) for start in starts]
         rows.append(
             {
                 "engine": points[0].label.get("engine"),
                 "engine_id": engine_id,
                 "starts": len(starts),
                 "ready_s": "/".join(f"{ready[t]:.0f}" for t in sorted(ready, key=str)) or None,
-                **{column: _values([p[column] for p in map(log_phases, starts)]) for column in PHASES},
+                **{column: _values([p[column] for p in phases]) for column in PHASES},
                 "torch_compile": _values([[state] if (state := compile_state(start)) else [] for start in starts]),
                 **{
                     column: _values([pattern.findall(start) for start in starts])
