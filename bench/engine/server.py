@@ -129,7 +129,7 @@ SHARED_INSPECTIONS = "vllm-modelinfos"  # the suite's one copy of it, in default
 def share_model_inspections(vllm_cache: Path) -> Path | None:
     """Before a server starts, vLLM inspects its target's and draft's model classes, each in a fresh Python process
     that imports the model's module, unless VLLM_CACHE_ROOT/modelinfos holds that class's result under the hash of
-    the module's source: ~8 s a class on a 2-core CPU host (docs/measurement.md), paid again by every start whose
+    the module's source: ~8-10 s a class on a 2-core CPU host (docs/measurement.md), paid again by every start whose
     cache folder is new (each sweep's, each A/B round's). That folder is made a link to one folder in the suite's
     cache, so a machine's first start inspects and the rest read. The entries are keyed by the module's own bytes
     (a patched or other vLLM misses and inspects again) and written atomically by vLLM, so servers may share them.
